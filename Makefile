@@ -1,0 +1,80 @@
+# GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH (default sm_90) on any
+# machine, a GPU is not needed to build. `make test` runs every test this machine can run.
+#
+#   make [PRECISION=FP32|BF16] [GPU_ARCH=sm_90]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
+#   make test                                      install/check deps, build, run tests (see scripts/run_tests.sh)
+#   make clean
+
+PRECISION ?= FP32
+GPU_ARCH ?= sm_90
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CXX ?= g++
+
+ARCH_NUM := $(patsubst sm_%,%,$(GPU_ARCH))
+ifeq ($(PRECISION),BF16)
+  PREC_FLAGS := -DENABLE_BF16
+else ifeq ($(PRECISION),FP32)
+  PREC_FLAGS := -DENABLE_FP32
+else
+  $(error PRECISION must be FP32 or BF16, not '$(PRECISION)')
+endif
+
+BUILD := build/$(shell echo $(PRECISION) | tr A-Z a-z)
+HOSTBUILD := build/host
+
+COMMON_FLAGS := -O3 -std=c++17 -Illmc -Idev -I$(CUDA_HOME)/include
+NVCC_FLAGS := $(COMMON_FLAGS) $(PREC_FLAGS) -lineinfo \
+  -gencode=arch=compute_$(ARCH_NUM),code=sm_$(ARCH_NUM) \
+  -Xptxas --warn-on-spills -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+CXX_FLAGS := $(COMMON_FLAGS) -Wall -Wextra -Werror -Wno-unused-parameter -DLLMC_WITH_CUDA
+LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread
+
+# Library: every llmc/*.cu is a device op family, every llmc/*.cpp host code.
+LLMC_CU := $(wildcard llmc/*.cu)
+LLMC_CPP := $(wildcard llmc/*.cpp)
+LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))
+LLMC_CPP_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(LLMC_CPP))
+# The CPU reference (oracle of the tests) lives in dev/ as plain C++.
+DEV_REF_CPP := $(filter-out dev/test_%.cpp,$(wildcard dev/*.cpp))
+DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
+# Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu) and host tests (dev/test_*.cpp).
+DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test_*.cu dev/bench_*.cu))
+DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp))
+
+BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu
+
+.PHONY: all test clean format-check
+all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
+
+$(BUILD)/%.o: %.cu $(wildcard llmc/*.cuh llmc/*.h dev/*.h dev/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(HOSTBUILD)/%.o: %.cpp $(wildcard llmc/*.h dev/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXX_FLAGS) -c $< -o $@
+
+train_gpt2cu: $(BUILD)/train_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+
+$(HOSTBUILD)/dev/%: $(HOSTBUILD)/dev/%.o $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
+	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
+
+test: all
+	bash scripts/run_tests.sh
+
+format-check:
+	clang-format --dry-run --Werror $(wildcard llmc/*.cu llmc/*.cuh llmc/*.h llmc/*.cpp dev/*.cu dev/*.cuh dev/*.h dev/*.cpp *.cu)
+
+clean:
+	rm -rf build $(BINARIES)
+
+.SECONDARY:

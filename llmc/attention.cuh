@@ -1,0 +1,22 @@
+// attention.cuh: causal multi-head self-attention, forward and backward.
+//
+// qkv (B, T, 3C): q in channels [0, C), k in [C, 2C), v in [2C, 3C); head h owns channels
+// [h*HS, (h+1)*HS) of each, HS = C / NH. Scores s_ts = q_t . k_s / sqrt(HS) for s <= t.
+//   attention_forward : out (B, T, C) = softmax(s) @ v   (overwrites); lse (B, NH, T) float =
+//                       log sum_s exp(s_ts) (overwrites), the only per-row value kept for
+//                       backward.
+//   attention_backward: dqkv (B, T, 3C) OVERWRITTEN with dL/dqkv, from dout, qkv, out and lse.
+// No T x T matrix outlives the call: the scores live in `scratch`, a buffer shared by all
+// layers (attention_scratch_bytes), and backward recomputes them from q, k and lse.
+#pragma once
+#include "context.cuh"
+#include "precision.cuh"
+
+size_t attention_scratch_bytes(int B, int T, int C, int NH);
+
+void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
+                       const floatX* qkv, int B, int T, int C, int NH);
+
+void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
+                        const floatX* qkv, const floatX* out, const float* lse, int B, int T,
+                        int C, int NH);

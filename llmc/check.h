@@ -1,0 +1,82 @@
+// check.h: every check macro of the project, in one place.
+//
+// LLMC_CHECK(cond, fmt, ...)  host check that stays on in release builds; prints the message
+//                             (one plain sentence for the user) with file:line and exits 1.
+// LLMC_FAIL(fmt, ...)         the same without a condition.
+// CUDA_CHECK(expr)            a CUDA runtime call; prints the error name and string.
+// CUDA_CHECK_LAST()           after a kernel launch; with LLMC_DEBUG_SYNC=1 in the environment it
+//                             also synchronizes so an asynchronous fault names the right kernel.
+// CUBLAS_CHECK(expr)          a cuBLAS / cuBLASLt call; prints the status name and string.
+// NCCL_CHECK(expr)            an NCCL call (only where nccl.h is included first).
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+#define LLMC_FAIL(...)                                                                    \
+    do {                                                                                  \
+        std::fprintf(stderr, "error: ");                                                  \
+        std::fprintf(stderr, __VA_ARGS__);                                                \
+        std::fprintf(stderr, "\n  (at %s:%d)\n", __FILE__, __LINE__);                     \
+        std::exit(1);                                                                     \
+    } while (0)
+
+#define LLMC_CHECK(cond, ...)                                                             \
+    do {                                                                                  \
+        if (!(cond)) { LLMC_FAIL(__VA_ARGS__); }                                          \
+    } while (0)
+
+#if defined(__CUDACC__) || defined(LLMC_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#include <cublas_api.h>
+#include <cublasLt.h>
+
+namespace llmc {
+// True when LLMC_DEBUG_SYNC=1: every launch is followed by a device synchronize.
+inline bool debug_sync_enabled() {
+    static const int on = [] {
+        const char* v = std::getenv("LLMC_DEBUG_SYNC");
+        return (v != nullptr && v[0] == '1') ? 1 : 0;
+    }();
+    return on != 0;
+}
+}  // namespace llmc
+
+#define CUDA_CHECK(expr)                                                                  \
+    do {                                                                                  \
+        cudaError_t llmc_err_ = (expr);                                                   \
+        if (llmc_err_ != cudaSuccess) {                                                   \
+            std::fprintf(stderr, "CUDA error %s (%s)\n  in %s\n  at %s:%d\n",             \
+                         cudaGetErrorName(llmc_err_), cudaGetErrorString(llmc_err_),      \
+                         #expr, __FILE__, __LINE__);                                      \
+            std::exit(1);                                                                 \
+        }                                                                                 \
+    } while (0)
+
+#define CUDA_CHECK_LAST()                                                                 \
+    do {                                                                                  \
+        CUDA_CHECK(cudaGetLastError());                                                   \
+        if (llmc::debug_sync_enabled()) { CUDA_CHECK(cudaDeviceSynchronize()); }          \
+    } while (0)
+
+#define CUBLAS_CHECK(expr)                                                                \
+    do {                                                                                  \
+        cublasStatus_t llmc_st_ = (expr);                                                 \
+        if (llmc_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
+            std::fprintf(stderr, "cuBLAS error %s (%s)\n  in %s\n  at %s:%d\n",           \
+                         cublasGetStatusName(llmc_st_), cublasGetStatusString(llmc_st_),  \
+                         #expr, __FILE__, __LINE__);                                      \
+            std::exit(1);                                                                 \
+        }                                                                                 \
+    } while (0)
+
+#define NCCL_CHECK(expr)                                                                  \
+    do {                                                                                  \
+        ncclResult_t llmc_nr_ = (expr);                                                   \
+        if (llmc_nr_ != ncclSuccess) {                                                    \
+            std::fprintf(stderr, "NCCL error %d (%s)\n  in %s\n  at %s:%d\n",             \
+                         (int)llmc_nr_, ncclGetErrorString(llmc_nr_), #expr, __FILE__,    \
+                         __LINE__);                                                       \
+            std::exit(1);                                                                 \
+        }                                                                                 \
+    } while (0)
+#endif

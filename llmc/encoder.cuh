@@ -1,0 +1,16 @@
+// encoder.cuh: token + position embedding.
+//   forward : out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]                    (overwrites out)
+//   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]  (accumulates)
+// The backward is deterministic (no floating-point atomics): positions are sorted by token id
+// (stable radix sort) and each token's rows are summed in position order.
+#pragma once
+#include "context.cuh"
+#include "precision.cuh"
+
+void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floatX* wte,
+                     const floatX* wpe, int B, int T, int C);
+
+// Bytes of device scratch encoder_backward needs for B*T positions.
+size_t encoder_backward_scratch_bytes(int B, int T);
+void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scratch,
+                      const floatX* dout, const int* inp, int B, int T, int C);

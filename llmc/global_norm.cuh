@@ -1,0 +1,10 @@
+// global_norm.cuh: squared L2 norm of all gradients, deterministically.
+//   global_norm_squared: *out = sum(values^2) over n values (overwrites), in float, reduced in a
+//   fixed order through `scratch` (per-block partials, then one block sums them).
+#pragma once
+#include "context.cuh"
+#include "precision.cuh"
+
+size_t global_norm_scratch_bytes(const Context& ctx);
+void global_norm_squared(const Context& ctx, float* out, void* scratch, const floatX* values,
+                         size_t n);

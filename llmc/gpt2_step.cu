@@ -1,0 +1,74 @@
+// gpt2_step.cu: one training step of the GPT-2 model, and its CUDA graph.
+//
+// The step is a fixed sequence of work on ctx.stream whose per-step inputs (tokens, learning
+// rate, step count) are read from pinned host memory by copies that are part of the sequence
+// itself, so one captured graph serves every step: the host writes io.tokens and
+// io.step_values, launches, and later reads io.results.
+#include "adamw.cuh"
+#include "global_norm.cuh"
+#include "gpt2.cuh"
+#include "nvtx.h"
+
+namespace {
+
+void enqueue_step(const Context& ctx, GPT2* m) {
+    const size_t N = (size_t)m->B * m->T;
+    const size_t token_bytes = (size_t)m->grad_accum * 2 * N * sizeof(int);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, token_bytes, cudaMemcpyHostToDevice,
+                               ctx.stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->d_step_values, m->io.step_values, sizeof(AdamWStepValues),
+                               cudaMemcpyHostToDevice, ctx.stream));
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), ctx.stream));
+    CUDA_CHECK(cudaMemsetAsync(m->d_results, 0, 2 * sizeof(float), ctx.stream));
+    const float loss_scale = 1.0f / ((float)N * (float)m->grad_accum);
+    for (int micro = 0; micro < m->grad_accum; micro++) {
+        const int* inputs = m->d_tokens + (size_t)micro * 2 * N;
+        const int* targets = inputs + N;
+        gpt2_forward(ctx, m, inputs, targets, m->d_results, loss_scale, /*write_dlogits=*/true);
+        gpt2_backward(ctx, m, inputs);
+    }
+    {
+        NvtxRange range("optimizer");
+        global_norm_squared(ctx, m->d_results + 1, m->acts.norm_scratch, m->grads, m->num_params);
+        adamw_update(ctx, m->params, m->master, m->adam_m, m->adam_v, m->grads, m->tensors,
+                     m->hyper, m->d_step_values, m->d_results + 1);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(m->io.results, m->d_results, 2 * sizeof(float),
+                               cudaMemcpyDeviceToHost, ctx.stream));
+}
+
+}  // namespace
+
+void gpt2_step(const Context& ctx, GPT2* m, bool use_graph) {
+    NvtxRange range("step");
+    if (!use_graph || !m->warmed_up) {
+        // The first step runs eagerly: it builds the cuBLASLt plans, which must not happen
+        // during capture.
+        enqueue_step(ctx, m);
+        m->warmed_up = true;
+        return;
+    }
+    if (m->graph == nullptr) {
+        cudaGraph_t g = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        enqueue_step(ctx, m);
+        CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&m->graph, g, 0));
+        CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    CUDA_CHECK(cudaGraphLaunch(m->graph, ctx.stream));
+}
+
+float gpt2_eval_loss(const Context& ctx, GPT2* m) {
+    NvtxRange range("eval");
+    const size_t N = (size_t)m->B * m->T;
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, 2 * N * sizeof(int),
+                               cudaMemcpyHostToDevice, ctx.stream));
+    CUDA_CHECK(cudaMemsetAsync(m->d_results, 0, sizeof(float), ctx.stream));
+    gpt2_forward(ctx, m, m->d_tokens, m->d_tokens + N, m->d_results, 1.0f / (float)N,
+                 /*write_dlogits=*/false);
+    CUDA_CHECK(cudaMemcpyAsync(m->io.results, m->d_results, sizeof(float), cudaMemcpyDeviceToHost,
+                               ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    return m->io.results[0];
+}

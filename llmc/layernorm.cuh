@@ -1,0 +1,24 @@
+// layernorm.cuh: layernorm, and residual add fused with the next layernorm.
+//   layernorm_forward: out = (inp - mean) * rstd * w + b per row of C; mean, rstd (float, N each)
+//                      are saved for backward. rstd = 1 / sqrt(biased var + 1e-5).
+//   fused_residual_layernorm_forward: residual = inp1 + inp2, then out = layernorm(residual).
+//   layernorm_backward: ACCUMULATES into dinp, dweight, dbias. Deterministic: the weight and
+//                       bias gradients are reduced in a fixed order through `scratch`.
+// Statistics and sums are in float whatever floatX is.
+#pragma once
+#include "context.cuh"
+#include "precision.cuh"
+
+void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
+                       const floatX* inp, const floatX* weight, const floatX* bias, int N, int C);
+
+void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floatX* out,
+                                      float* mean, float* rstd, const floatX* inp1,
+                                      const floatX* inp2, const floatX* weight, const floatX* bias,
+                                      int N, int C);
+
+// Bytes of device scratch layernorm_backward needs for (N, C).
+size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
+void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
+                        void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
+                        const float* mean, const float* rstd, int N, int C);

@@ -1,0 +1,39 @@
+// matmul.cuh: every matrix product of the model, through cuBLASLt.
+//
+// Shapes are row-major, as the tensors are stored. Linear layers (weight is (OC, IC), as in
+// PyTorch):
+//   matmul_forward : out (N, OC) = inp (N, IC) @ weight^T + bias
+//                    with pre_gelu != null: pre_gelu = inp @ weight^T + bias and
+//                    out = gelu_tanh(pre_gelu), both from one cuBLASLt call (GELU_AUX_BIAS
+//                    epilogue).
+//   matmul_backward: dinp (N, IC) = dout @ weight              (OVERWRITES dinp)
+//                    with pre_gelu != null: dinp = (dout @ weight) * gelu'(pre_gelu) (DGELU
+//                    epilogue; pre_gelu is (N, IC), the input of the GELU whose output was this
+//                    layer's input)
+//                    dweight (OC, IC) += dout^T @ inp           (accumulates)
+//                    dbias (OC) += column sums of dout (BGRADB epilogue into dbias_scratch,
+//                    then added; dbias may be null)
+// Generic:
+//   matmul_strided_batched: for each i < batch,
+//                    C_i (M, N) = alpha * op(A_i) @ op(B_i) + beta * C_i
+//                    op(A_i) is (M, K): A_i stored (M, K) row-major with row stride lda, or
+//                    (K, M) when trans_a. op(B_i) is (K, N): B_i stored (K, N), or (N, K) when
+//                    trans_b. Pointers advance by stride_a/b/c elements per batch.
+// Plans (descriptors, layouts, chosen algorithm) are cached per shape in the Context. In the
+// fp32 build ctx.tf32 selects TF32 tensor cores (PyTorch's 'high').
+#pragma once
+#include "context.cuh"
+#include "precision.cuh"
+
+void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
+                    const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
+
+void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
+                     float* dbias_scratch, const floatX* dout, const floatX* inp,
+                     const floatX* weight, int N, int IC, int OC,
+                     const floatX* pre_gelu = nullptr);
+
+void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,
+                            int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,
+                            long long stride_a, long long stride_b, long long stride_c, int batch,
+                            float alpha, float beta);

@@ -1,0 +1,144 @@
+// train_config.cpp: parsing and printing the trainer's options (see train_config.h).
+#include "train_config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace llmc {
+namespace {
+
+const char* kHelp =
+    "usage: train_gpt2cu -i TRAIN_GLOB [options]\n"
+    "\n"
+    "Trains GPT-2 on llm.c-format token shards on one GPU.\n"
+    "\n"
+    "data and model:\n"
+    "  -i GLOB      training shards, e.g. 'data/tinyshakespeare/*_train.bin' (required)\n"
+    "  -j GLOB      validation shards (default: none)\n"
+    "  -e MODEL     model file (llm.c format) or preset d12|d24|d36|d48 (default d12)\n"
+    "  -o DIR       write the trained model to DIR/model.bin at the end (default: none)\n"
+    "  -s SEED      seed of the random initialisation of a preset (default 42)\n"
+    "batch:\n"
+    "  -b B         micro-batch size in sequences (default 4)\n"
+    "  -t T         sequence length, at most the model's maxT (default 1024)\n"
+    "  -d TOKENS    tokens per optimizer step, a multiple of B*T (default B*T)\n"
+    "optimization:\n"
+    "  -x STEPS     optimizer steps (default 20)\n"
+    "  -l LR        peak learning rate (default 3e-4)\n"
+    "  -u STEPS     linear warmup steps, constant after (default 0)\n"
+    "  -c WD        AdamW weight decay on 2-D weights (default 0)\n"
+    "  -g NORM      clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
+    "  --beta1 X --beta2 X --eps X   AdamW constants (default 0.9, 0.95, 1e-8)\n"
+    "evaluation:\n"
+    "  -v N         validation loss every N steps, 0 = only at the end (default 0)\n"
+    "  -m N         validation batches (default 20)\n"
+    "runtime:\n"
+    "  --tf32 0|1   TF32 tensor cores in fp32 matmuls (default 1, PyTorch's 'high')\n"
+    "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
+    "  --device N   CUDA device (default 0)\n"
+    "  --json-summary PATH   write median step time, tok/s and memory as JSON\n"
+    "  -h, --help   this text\n"
+    "\n"
+    "environment: LLMC_DEBUG_SYNC=1 synchronizes after every kernel to locate a fault.\n";
+
+[[noreturn]] void usage_error(const char* fmt, const char* a, const char* b = "") {
+    std::fprintf(stderr, "error: ");
+    std::fprintf(stderr, fmt, a, b);
+    std::fprintf(stderr, "\n(run with --help for the options)\n");
+    std::exit(2);
+}
+
+long long parse_int(const char* flag, const char* text, long long lo, long long hi) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') usage_error("%s needs a whole number, got '%s'", flag, text);
+    if (v < lo || v > hi) {
+        char range[96];
+        std::snprintf(range, sizeof(range), "%lld..%lld, got %s", lo, hi, text);
+        usage_error("%s must be in %s", flag, range);
+    }
+    return v;
+}
+
+float parse_float(const char* flag, const char* text, double lo, double hi) {
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0') usage_error("%s needs a number, got '%s'", flag, text);
+    if (!(v >= lo && v <= hi)) {
+        char range[96];
+        std::snprintf(range, sizeof(range), "[%g, %g], got %s", lo, hi, text);
+        usage_error("%s must be in %s", flag, range);
+    }
+    return static_cast<float>(v);
+}
+
+}  // namespace
+
+void parse_train_args(int argc, char** argv, TrainConfig* c) {
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (std::strcmp(f, "-h") == 0 || std::strcmp(f, "--help") == 0) {
+            std::fputs(kHelp, stdout);
+            std::exit(0);
+        }
+        if (i + 1 >= argc) usage_error("%s needs a value", f);
+        const char* v = argv[++i];
+        auto is = [f](const char* name) { return std::strcmp(f, name) == 0; };
+        if (is("-i")) c->train_pattern = v;
+        else if (is("-j")) c->val_pattern = v;
+        else if (is("-e")) c->model = v;
+        else if (is("-o")) c->output_dir = v;
+        else if (is("-s")) c->seed = (unsigned long long)parse_int(f, v, 0, (1ll << 62));
+        else if (is("-b")) c->B = (int)parse_int(f, v, 1, 1 << 16);
+        else if (is("-t")) c->T = (int)parse_int(f, v, 1, 1 << 20);
+        else if (is("-d")) c->total_batch = parse_int(f, v, 1, 1ll << 40);
+        else if (is("-x")) c->steps = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("-l")) c->lr = parse_float(f, v, 0.0, 10.0);
+        else if (is("-u")) c->warmup = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("-c")) c->weight_decay = parse_float(f, v, 0.0, 10.0);
+        else if (is("-g")) c->grad_clip = parse_float(f, v, 0.0, 1e9);
+        else if (is("--beta1")) c->beta1 = parse_float(f, v, 0.0, 0.999999);
+        else if (is("--beta2")) c->beta2 = parse_float(f, v, 0.0, 0.999999);
+        else if (is("--eps")) c->eps = parse_float(f, v, 1e-30, 1.0);
+        else if (is("-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("--tf32")) c->tf32 = (int)parse_int(f, v, 0, 1);
+        else if (is("--graph")) c->graph = (int)parse_int(f, v, 0, 1);
+        else if (is("--device")) c->device = (int)parse_int(f, v, 0, 1024);
+        else if (is("--json-summary")) c->json_summary = v;
+        else usage_error("unknown option '%s'", f);
+    }
+    if (c->train_pattern.empty()) usage_error("%s", "training shards are required: pass -i 'DIR/*_train.bin'");
+    const long long bt = (long long)c->B * c->T;
+    if (c->total_batch < 0) c->total_batch = bt;
+    if (c->total_batch % bt != 0) {
+        char msg[160];
+        std::snprintf(msg, sizeof(msg), "%lld is not a multiple of B*T = %d*%d = %lld", c->total_batch,
+                      c->B, c->T, bt);
+        usage_error("total batch (-d) %s", msg);
+    }
+}
+
+void print_train_config(const TrainConfig& c, FILE* out) {
+    std::fprintf(out, "train shards     %s\n", c.train_pattern.c_str());
+    std::fprintf(out, "val shards       %s\n", c.val_pattern.empty() ? "(none)" : c.val_pattern.c_str());
+    std::fprintf(out, "model            %s\n", c.model.c_str());
+    std::fprintf(out, "output dir       %s\n", c.output_dir.empty() ? "(none)" : c.output_dir.c_str());
+    std::fprintf(out, "B, T             %d, %d\n", c.B, c.T);
+    std::fprintf(out, "tokens per step  %lld (%lld micro-steps)\n", c.total_batch,
+                 c.total_batch / ((long long)c.B * c.T));
+    std::fprintf(out, "steps            %d\n", c.steps);
+    std::fprintf(out, "lr, warmup       %g, %d\n", c.lr, c.warmup);
+    std::fprintf(out, "AdamW            beta1 %g beta2 %g eps %g weight decay %g\n", c.beta1, c.beta2,
+                 c.eps, c.weight_decay);
+    std::fprintf(out, "grad clip        %g\n", c.grad_clip);
+    std::fprintf(out, "val every, batch %d, %d\n", c.val_every, c.val_batches);
+    std::fprintf(out, "seed             %llu\n", c.seed);
+    std::fprintf(out, "tf32, graph      %d, %d\n", c.tf32, c.graph);
+    std::fprintf(out, "device           %d\n", c.device);
+}
+
+}  // namespace llmc

@@ -1,0 +1,171 @@
+// test_gpt2.cu: model-level parity against the PyTorch reference dump.
+//
+//   test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]
+//
+// Runs forward on the dump's batch and compares the logits and the loss, runs one training
+// step and compares every parameter gradient (per tensor: max abs error, error norm relative
+// to the reference norm, worst element), then runs the dump's AdamW steps and compares each
+// step's loss. Exits 1 on any mismatch. Files come from scripts/train_gpt2.py --write-model
+// --write-state.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpt2.cuh"
+
+using namespace llmc;
+
+namespace {
+
+// Tolerances. The reference is PyTorch in fp32 (TF32 off); our fp32 build with TF32 off sums
+// in a different order, so errors are rounding noise: relative error norms around 1e-6..1e-5.
+// 1e-4 on the relative norm leaves a margin of 10x over that and still catches any real bug
+// (a wrong index or a missing term moves the norm by >= 1e-2). The bf16 build stores every
+// tensor with an 8-bit mantissa (relative rounding 2^-9 = 2e-3 per op, compounding over L
+// layers), so its bound is 5e-2 until the bf16 issue sets bounds relative to PyTorch's own
+// bf16 autocast error.
+#if defined(ENABLE_BF16)
+constexpr double kRelNormTol = 5e-2;
+constexpr double kLossTol = 5e-2;       // absolute, on a loss near ln(V)
+constexpr double kStepLossTol = 1e-1;   // the trajectory drifts as rounding compounds
+#else
+constexpr double kRelNormTol = 1e-4;
+constexpr double kLossTol = 1e-4;       // absolute, ~1e-5 relative to a loss near ln(V)
+// After k AdamW steps, parameters whose gradient is ~0 get +-lr updates whose sign depends on
+// rounding; the loss moves by O(lr * 1e-2) from that, so later steps get 5x the room.
+constexpr double kStepLossTol = 5e-4;
+#endif
+constexpr double kRelNormTolTf32 = 2e-2;  // TF32 keeps a 10-bit mantissa: ~1e-3 per product
+
+struct Options {
+    std::string model, state;
+    int graph = 1;
+    int tf32 = 0;
+};
+
+void usage_and_exit(const char* why) {
+    std::fprintf(stderr, "error: %s\nusage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]\n", why);
+    std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        std::string f = argv[i];
+        if (f == "-h" || f == "--help") {
+            std::printf("usage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]\n"
+                        "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch dump.\n");
+            std::exit(0);
+        }
+        if (i + 1 >= argc) usage_and_exit("every option needs a value");
+        std::string v = argv[++i];
+        if (f == "--model") o.model = v;
+        else if (f == "--state") o.state = v;
+        else if (f == "--graph" && (v == "0" || v == "1")) o.graph = v == "1";
+        else if (f == "--tf32" && (v == "0" || v == "1")) o.tf32 = v == "1";
+        else usage_and_exit(("unknown option or bad value: " + f + " " + v).c_str());
+    }
+    if (o.model.empty() || o.state.empty()) usage_and_exit("--model and --state are required");
+    return o;
+}
+
+struct Tally {
+    int passed = 0, failed = 0;
+    void record(bool ok) { ok ? passed++ : failed++; }
+};
+
+// Compares n values; prints one table row. Returns true when the error norm relative to the
+// reference norm is within tol and nothing is NaN.
+bool compare(const char* name, const float* got, const float* ref, size_t n, double tol) {
+    double err2 = 0.0, ref2 = 0.0, max_abs = 0.0;
+    size_t worst = 0;
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(got[i])) finite = false;
+        double d = (double)got[i] - (double)ref[i];
+        err2 += d * d;
+        ref2 += (double)ref[i] * ref[i];
+        if (std::fabs(d) > max_abs || !std::isfinite(d)) { max_abs = std::fabs(d); worst = i; }
+    }
+    double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    bool ok = finite && rel <= tol;
+    std::printf("%-10s %12zu  rel-norm %.3e  max-abs %.3e  worst [%zu] got %+.6e ref %+.6e  %s\n", name, n,
+                rel, max_abs, worst, got[worst], ref[worst], ok ? "ok" : "FAIL");
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options opt = parse(argc, argv);
+    GPT2Config cfg;
+    std::vector<float> params;
+    int version = 0;
+    read_model_file(opt.model, &cfg, &params, &version);
+    DebugState st;
+    read_debug_state(opt.state, cfg, &st);
+    LLMC_CHECK(st.T <= cfg.max_seq_len, "%s: T=%d exceeds the model's maxT %d", opt.state.c_str(), st.T,
+               cfg.max_seq_len);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        std::printf("SKIP no CUDA device\n");
+        return 0;
+    }
+    Context ctx;
+    context_init(&ctx, 0, opt.tf32 != 0);
+    std::printf("test_gpt2cu: %s build, L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, graph %d, tf32 %d\n",
+                kPrecisionName, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size,
+                cfg.padded_vocab_size, st.B, st.T, opt.graph, opt.tf32);
+    AdamWHyper hyper{st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_clip};
+    GPT2 model;
+    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper);
+    const size_t N = (size_t)st.B * st.T;
+    const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
+    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
+    const double tol = opt.tf32 ? kRelNormTolTf32 : kRelNormTol;
+    Tally tally;
+
+    // 1. Forward: logits (first V of each Vp row) and loss.
+    const float loss0 = gpt2_eval_loss(ctx, &model);
+    std::vector<floatX> logits_x(N * Vp);
+    CUDA_CHECK(cudaMemcpy(logits_x.data(), model.acts.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> logits(N * V);
+    for (size_t r = 0; r < N; r++)
+        for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_x[r * Vp + v]);
+    tally.record(compare("logits", logits.data(), st.logits.data(), N * V, tol));
+    const bool loss_ok = std::fabs(loss0 - st.loss) <= kLossTol;
+    std::printf("loss       got %.7f ref %.7f  diff %.2e  %s\n", loss0, st.loss, std::fabs(loss0 - st.loss),
+                loss_ok ? "ok" : "FAIL");
+    tally.record(loss_ok);
+
+    // 2. One training step: gradients (read after the step; the update does not touch them).
+    std::vector<float> step_losses;
+    for (int k = 0; k < std::max(1, st.n_steps); k++) {
+        model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+        model.io.step_values->step = k + 1;
+        gpt2_step(ctx, &model, opt.graph != 0);
+        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        step_losses.push_back(model.io.results[0]);
+        if (k == 0) {
+            std::vector<float> grads;
+            gpt2_download_grads(ctx, model, &grads);
+            const ParamLayout lay = param_layout(cfg);
+            for (int i = 0; i < kNumParamTensors; i++) {
+                tally.record(compare(kParamNames[i], grads.data() + lay.offsets[i],
+                                     st.grads.data() + lay.offsets[i], lay.sizes[i], tol));
+            }
+        }
+    }
+    // 3. The AdamW trajectory: loss before each update.
+    for (int k = 0; k < st.n_steps; k++) {
+        const double d = std::fabs(step_losses[k] - st.step_losses[k]);
+        const bool ok = d <= (k == 0 ? kLossTol : kStepLossTol) * (opt.tf32 ? 20.0 : 1.0);
+        std::printf("step %2d    loss got %.7f ref %.7f  diff %.2e  %s\n", k, step_losses[k], st.step_losses[k], d,
+                    ok ? "ok" : "FAIL");
+        tally.record(ok);
+    }
+    std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);
+    return tally.failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,167 @@
+// train_gpt2.cu: the trainer. Parse the options, create the context, build the model, run the
+// loop: each step fills the pinned token buffer from the data loader, launches the step (a CUDA
+// graph after the first), waits for it at the step boundary and prints its line.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dataloader.h"
+#include "gpt2.cuh"
+#include "mfu.h"
+#include "model_init.h"
+#include "train_config.h"
+
+using namespace llmc;
+
+namespace {
+
+void load_or_init_model(const TrainConfig& tc, GPT2Config* cfg, std::vector<float>* params) {
+    if (config_from_preset(tc.model, cfg)) {
+        std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);
+        gpt2_init_random(*cfg, tc.seed, params);
+        return;
+    }
+    int version = 0;
+    read_model_file(tc.model, cfg, params, &version);
+    std::printf("model            %s (version %d)\n", tc.model.c_str(), version);
+}
+
+float lr_at_step(const TrainConfig& tc, int step) {  // step is 1-based
+    if (tc.warmup > 0 && step <= tc.warmup) return tc.lr * (float)step / (float)tc.warmup;
+    return tc.lr;
+}
+
+// Fills micro-batch slots of io.tokens: inputs then targets for each micro-step.
+void fill_tokens(DataLoader* loader, GPT2* m, int micro_steps) {
+    const size_t N = (size_t)m->B * m->T;
+    for (int i = 0; i < micro_steps; i++) {
+        int* slot = m->io.tokens + (size_t)i * 2 * N;
+        dataloader_next_batch(loader, slot, slot + N);
+    }
+}
+
+float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        fill_tokens(val, m, 1);
+        sum += gpt2_eval_loss(ctx, m);
+    }
+    return (float)(sum / batches);
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+void write_json_summary(const std::string& path, const TrainConfig& tc, const Context& ctx,
+                        double median_ms, double tok_s, double mfu, double peak_mib,
+                        const std::vector<float>& losses) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    LLMC_CHECK(f != nullptr, "cannot write the summary file %s", path.c_str());
+    std::fprintf(f, "{\"median_ms\": %.4f, \"tok_per_s\": %.1f, \"mfu\": %.4f, \"peak_mem_mib\": %.1f, ",
+                 median_ms, tok_s, mfu, peak_mib);
+    std::fprintf(f, "\"B\": %d, \"T\": %d, \"steps\": %d, \"precision\": \"%s\", \"tf32\": %d, ",
+                 tc.B, tc.T, tc.steps, kPrecisionName, tc.tf32);
+    std::fprintf(f, "\"graph\": %d, \"device_name\": \"%s\", \"losses\": [", tc.graph, ctx.props.name);
+    for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.6f", i ? ", " : "", losses[i]);
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    TrainConfig tc;
+    parse_train_args(argc, argv, &tc);
+
+    GPT2Config cfg;
+    std::vector<float> host_params;
+    load_or_init_model(tc, &cfg, &host_params);
+    if (tc.T > cfg.max_seq_len) {
+        std::fprintf(stderr, "error: -t %d is longer than the model's maximum sequence length %d\n",
+                     tc.T, cfg.max_seq_len);
+        return 2;
+    }
+    Context ctx;
+    context_init(&ctx, tc.device, tc.tf32 != 0);
+    print_train_config(tc, stdout);
+    const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, cfg.vocab_size);
+    const bool has_val = !tc.val_pattern.empty();
+    if (has_val) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, cfg.vocab_size);
+
+    GPT2 model;
+    AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};
+    gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper);
+    const char* mm_precision = sizeof(floatX) == 2 ? "bf16" : (tc.tf32 ? "tf32" : "fp32");
+    const double peak_tflops = device_peak_tflops(ctx.props.name, mm_precision);
+    std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
+                ctx.props.name, ctx.props.multiProcessorCount, kPrecisionName, mm_precision, peak_tflops);
+    std::printf("config           L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %.1fM parameters\n",
+                cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
+                cfg.max_seq_len, model.num_params / 1e6);
+    std::printf("memory           params+grads %.0f MiB, optimizer %.0f MiB, activations %.0f MiB\n",
+                2.0 * model.num_params * sizeof(floatX) / 1048576.0,
+                (model.master ? 3.0 : 2.0) * model.num_params * 4 / 1048576.0, model.act_bytes / 1048576.0);
+
+    const double flops_per_step = gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch;
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> step_ms;
+    std::vector<float> losses;
+    for (int step = 1; step <= tc.steps; step++) {
+        fill_tokens(&train_loader, &model, grad_accum);
+        model.io.step_values->lr = lr_at_step(tc, step);
+        model.io.step_values->step = step;
+        CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+        gpt2_step(ctx, &model, tc.graph != 0);
+        CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        const float loss = model.io.results[0];
+        const float norm = std::sqrt(model.io.results[1]);
+        const double tok_s = tc.total_batch / (ms / 1e3);
+        const double mfu = peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
+        std::printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU %.1f%%\n",
+                    step, tc.steps, loss, norm, model.io.step_values->lr, ms, tok_s, 100.0 * mfu);
+        std::fflush(stdout);
+        if (!std::isfinite(loss)) std::fprintf(stderr, "warning: loss is not finite at step %d\n", step);
+        losses.push_back(loss);
+        // The first step builds plans and the second captures the graph: neither is timed.
+        if (step > 2) step_ms.push_back(ms);
+        if (has_val && ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps)) {
+            std::printf("val loss %.6f (step %d, %d batches)\n",
+                        validation_loss(ctx, &model, &val_loader, tc.val_batches), step, tc.val_batches);
+        }
+    }
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double peak_mib = (total_b - free_b) / 1048576.0;
+    const double med = median(step_ms);
+    const double tok_s = med > 0 ? tc.total_batch / (med / 1e3) : 0.0;
+    const double mfu = (med > 0 && peak_tflops > 0) ? flops_per_step / (med / 1e3) / (peak_tflops * 1e12) : 0.0;
+    std::printf("summary: median step %.2f ms over %zu steps | %.0f tok/s | MFU %.1f%% | device memory in use %.0f MiB\n",
+                med, step_ms.size(), tok_s, 100.0 * mfu, peak_mib);
+    if (!tc.json_summary.empty()) write_json_summary(tc.json_summary, tc, ctx, med, tok_s, mfu, peak_mib, losses);
+    if (!tc.output_dir.empty()) {
+        mkdir(tc.output_dir.c_str(), 0755);
+        std::vector<float> trained;
+        gpt2_download_params(ctx, model, &trained);
+        const std::string path = tc.output_dir + "/model.bin";
+        write_model_file(path, cfg, trained.data(), 3);
+        std::printf("wrote %s\n", path.c_str());
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return 0;
+}
