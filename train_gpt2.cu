@@ -18,15 +18,14 @@ using namespace llmc;
 
 namespace {
 
-void load_or_init_model(const TrainConfig& tc, GPT2Config* cfg, std::vector<float>* params) {
-    if (config_from_preset(tc.model, cfg)) {
-        std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);
-        gpt2_init_random(*cfg, tc.seed, params);
-        return;
-    }
+// Reads the model file, or takes a preset's shape; the preset's random weights are made later,
+// once every cheap check has passed.
+bool load_model_or_preset(const TrainConfig& tc, GPT2Config* cfg, std::vector<float>* params) {
+    if (config_from_preset(tc.model, cfg)) return true;
     int version = 0;
     read_model_file(tc.model, cfg, params, &version);
     std::printf("model            %s (version %d)\n", tc.model.c_str(), version);
+    return false;
 }
 
 float lr_at_step(const TrainConfig& tc, int step) {  // step is 1-based
@@ -82,21 +81,26 @@ int main(int argc, char** argv) {
 
     GPT2Config cfg;
     std::vector<float> host_params;
-    load_or_init_model(tc, &cfg, &host_params);
+    const bool preset = load_model_or_preset(tc, &cfg, &host_params);
     if (tc.T > cfg.max_seq_len) {
         std::fprintf(stderr, "error: -t %d is longer than the model's maximum sequence length %d\n",
                      tc.T, cfg.max_seq_len);
         return 2;
     }
-    Context ctx;
-    context_init(&ctx, tc.device, tc.tf32 != 0);
-    print_train_config(tc, stdout);
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
-
+    // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, cfg.vocab_size);
     const bool has_val = !tc.val_pattern.empty();
     if (has_val) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, cfg.vocab_size);
+
+    Context ctx;
+    context_init(&ctx, tc.device, tc.tf32 != 0);
+    print_train_config(tc, stdout);
+    if (preset) {
+        std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);
+        gpt2_init_random(cfg, tc.seed, &host_params);
+    }
 
     GPT2 model;
     AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};

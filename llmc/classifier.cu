@@ -1,0 +1,199 @@
+// classifier.cu: softmax + cross-entropy + its gradient, fused and in place, and the
+// deterministic sum of the per-row losses.
+//
+// Shapes: logits (N, Vp) with the first V columns valid, targets (N) int, losses (N) float.
+//   fused_classifier: one block per row.
+//     pass 1: each thread keeps a running max m and sum s = sum exp(x - m) over its columns
+//             (rescaled when m grows); the block merges the (m, s) pairs in a fixed tree order.
+//             losses[row] = log(s) + m - x[target]                          (overwritten)
+//     pass 2 (write_dlogits): logits[v] <- (exp(x[v] - m) / s - [v == target]) * dloss for
+//             v < V, and 0 for V <= v < Vp                                   (overwritten)
+//     bytes = sizeof(floatX) * N * (V + 2*Vp) with dlogits, sizeof(floatX) * N * V without
+//   loss_accumulate: *loss += scale * sum(losses), one block, fixed order    (accumulates)
+// A target outside [0, V) makes that row's loss NaN, so a bad batch cannot go unnoticed.
+// Preconditions: 0 < V <= Vp. 16-byte vector loads when Vp is a multiple of 16 / sizeof(floatX)
+// and logits is 16-byte aligned, otherwise one element per thread.
+// Last measured: not yet measured on a GPU.
+#include <cmath>
+#include <cstdint>
+
+#include "classifier.cuh"
+#include "nvtx.h"
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kThreads = 512;  // per row
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kLossThreads = 1024;
+constexpr int kVecX = 16 / sizeof(floatX);
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+    T v[kVec];
+};
+template <int kVec, typename T>
+__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
+    return *reinterpret_cast<const Vec<T, kVec>*>(p);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
+    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A softmax normalizer in progress: running max m and s = sum exp(x - m).
+struct MaxSum {
+    float m;
+    float s;
+};
+
+// Folds the values x[0..n) into a (all finite, or m becomes -inf only while nothing was added).
+template <int n>
+__device__ __forceinline__ void add_values(MaxSum& a, const float (&x)[n]) {
+    float block_max = x[0];
+#pragma unroll
+    for (int k = 1; k < n; k++) { block_max = fmaxf(block_max, x[k]); }
+    if (block_max > a.m) {
+        a.s *= expf(a.m - block_max);  // expf(-inf) = 0 while a is empty
+        a.m = block_max;
+    }
+#pragma unroll
+    for (int k = 0; k < n; k++) { a.s += expf(x[k] - a.m); }
+}
+
+// Merges two normalizers. Symmetric in its arguments (IEEE addition commutes), so the lanes
+// of a butterfly all end with the same bits.
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) { return a; }  // both empty
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+        const MaxSum b = {__shfl_xor_sync(0xffffffffu, a.m, offset),
+                          __shfl_xor_sync(0xffffffffu, a.s, offset)};
+        a = merge(a, b);
+    }
+    return a;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    }
+    return x;
+}
+
+// One block per row; see the file comment. Pass 1 reads only the V valid columns (whole packs,
+// then the < kVec leftover columns one by one); pass 2 walks all Vp columns in packs.
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    fused_classifier_online_softmax_kernel(floatX* __restrict__ logits,     // (N, Vp)
+                                           float* __restrict__ losses,      // (N)
+                                           const int* __restrict__ targets,  // (N)
+                                           float dloss, int V, int Vp, bool write_dlogits) {
+    __shared__ MaxSum warp_results[kWarps];
+    __shared__ MaxSum row_result;
+    const int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    const int target = targets[row];
+    const bool target_ok = target >= 0 && target < V;
+    // Read before the barrier below, so before any thread overwrites the row in pass 2.
+    const float target_logit = threadIdx.x == 0 && target_ok ? to_float(x[target]) : 0.0f;
+
+    MaxSum acc = {-INFINITY, 0.0f};
+    const int full_packs = V / kVec;
+    for (int p = threadIdx.x; p < full_packs; p += kThreads) {
+        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
+        float f[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { f[k] = to_float(v.v[k]); }
+        add_values(acc, f);
+    }
+    for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
+        const float f[1] = {to_float(x[i])};
+        add_values(acc, f);
+    }
+    acc = warp_merge(acc);
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    if (lane == 0) { warp_results[warp] = acc; }
+    __syncthreads();
+    if (warp == 0) {
+        MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
+        w = warp_merge(w);
+        if (lane == 0) { row_result = w; }
+    }
+    __syncthreads();
+    const MaxSum total = row_result;
+    if (threadIdx.x == 0) {
+        losses[row] = target_ok ? logf(total.s) + total.m - target_logit : NAN;
+    }
+    if (!write_dlogits) { return; }
+
+    const float inv_s = 1.0f / total.s;
+    for (int p = threadIdx.x; p < Vp / kVec; p += kThreads) {
+        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
+        Vec<floatX, kVec> d;
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            const int i = p * kVec + k;
+            float g = 0.0f;
+            if (i < V) {
+                const float prob = expf(to_float(v.v[k]) - total.m) * inv_s;
+                g = (prob - (i == target ? 1.0f : 0.0f)) * dloss;
+            }
+            d.v[k] = from_float<floatX>(g);
+        }
+        store_vec<kVec>(x + (size_t)p * kVec, d);
+    }
+}
+
+// One block: each thread sums a strided slice of losses in order, then a fixed tree.
+__global__ void __launch_bounds__(kLossThreads)
+    loss_accumulate_block_sum_kernel(float* __restrict__ loss,          // (1)
+                                     const float* __restrict__ losses,  // (N)
+                                     int N, float scale) {
+    __shared__ float warp_totals[kLossThreads / kWarpSize];
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < N; i += kLossThreads) { acc += losses[i]; }
+    acc = warp_sum(acc);
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    if (lane == 0) { warp_totals[warp] = acc; }
+    __syncthreads();
+    if (warp != 0) { return; }
+    float total = lane < kLossThreads / kWarpSize ? warp_totals[lane] : 0.0f;
+    total = warp_sum(total);
+    if (lane == 0) { *loss += total * scale; }
+}
+
+}  // namespace
+
+void fused_classifier(const Context& ctx, floatX* logits, float* losses, const int* targets,
+                      float dloss, int N, int V, int Vp, bool write_dlogits) {
+    NvtxRange range("fused_classifier");
+    LLMC_CHECK(N > 0 && V > 0 && V <= Vp, "fused_classifier: bad shape N=%d V=%d Vp=%d", N, V,
+               Vp);
+    LLMC_CHECK(logits != nullptr && losses != nullptr && targets != nullptr,
+               "fused_classifier: logits, losses and targets must all be given");
+    if (Vp % kVecX == 0 && aligned16(logits)) {
+        fused_classifier_online_softmax_kernel<kVecX>
+            <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    } else {
+        fused_classifier_online_softmax_kernel<1>
+            <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    }
+    CUDA_CHECK_LAST();
+}
+
+void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N, float scale) {
+    NvtxRange range("loss_accumulate");
+    LLMC_CHECK(N > 0 && loss != nullptr && losses != nullptr,
+               "loss_accumulate: needs N > 0 (got %d) and both buffers", N);
+    loss_accumulate_block_sum_kernel<<<1, kLossThreads, 0, ctx.stream>>>(loss, losses, N, scale);
+    CUDA_CHECK_LAST();
+}

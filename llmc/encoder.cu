@@ -1,0 +1,226 @@
+// encoder.cu: token + position embedding, forward and deterministic backward.
+//
+// Shapes: inp (B, T) int token ids, wte (V, C), wpe (maxT, C), out and dout (B, T, C), N = B*T.
+//   forward : out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]                   (overwrites out)
+//             bytes = sizeof(floatX) * 3*N*C + 4*N
+//   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]  (accumulates)
+//     1. the positions 0..N-1 are sorted by token id with CUB's stable radix sort, so equal ids
+//        form runs whose positions are in increasing order;
+//     2. one block column per run start sums the run's dout rows in that order, in float, and
+//        adds the sum into the token's dwte row once. A token has exactly one run, so no two
+//        blocks write the same row and no atomics are needed;
+//     3. dwpe[t,:] += sum over b = 0..B-1 of dout[b,t,:], in that order.
+//     bytes ~= sizeof(floatX) * (2*N*C + 2*U*C + 2*T*C) + sort, U = number of distinct tokens
+// Scratch (encoder_backward_scratch_bytes): positions, sorted ids, sorted positions (N ints
+// each) and CUB's temporary storage, each region 256-byte aligned.
+// Preconditions: 0 <= inp < V (not checked here: the ids live on the device). 16-byte vector
+// loads when C is a multiple of 16 / sizeof(floatX) and the tensors are 16-byte aligned,
+// otherwise one element per thread.
+// Last measured: not yet measured on a GPU.
+#include <cub/device/device_radix_sort.cuh>
+#include <cstdint>
+
+#include "encoder.cuh"
+#include "nvtx.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRunThreads = 128;  // threads per block of the per-run sum (one pack each)
+constexpr int kVecX = 16 / sizeof(floatX);
+constexpr size_t kScratchAlign = 256;
+
+// kVec elements of T moved as one aligned access (16 bytes when kVec * sizeof(T) == 16).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+    T v[kVec];
+};
+template <int kVec, typename T>
+__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
+    return *reinterpret_cast<const Vec<T, kVec>*>(p);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
+    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// One thread per pack of kVec channels of one (b, t) row.
+template <int kVec>
+__global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        // (N, C)
+                                              const int* __restrict__ inp,     // (N)
+                                              const floatX* __restrict__ wte,  // (V, C)
+                                              const floatX* __restrict__ wpe,  // (maxT, C)
+                                              int N, int T, int C) {
+    const int packs_per_row = C / kVec;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)N * packs_per_row) { return; }
+    const int row = (int)(i / packs_per_row);
+    const int c = (int)(i % packs_per_row) * kVec;
+    const int t = row % T;
+    const Vec<floatX, kVec> te = load_vec<kVec>(wte + (size_t)inp[row] * C + c);
+    const Vec<floatX, kVec> pe = load_vec<kVec>(wpe + (size_t)t * C + c);
+    Vec<floatX, kVec> o;
+#pragma unroll
+    for (int k = 0; k < kVec; k++) { o.v[k] = from_float<floatX>(to_float(te.v[k]) + to_float(pe.v[k])); }
+    store_vec<kVec>(out + (size_t)row * C + c, o);
+}
+
+// positions[i] = i: the values CUB sorts along with the token ids.
+__global__ void iota_kernel(int* __restrict__ positions, int N) {  // (N)
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) { positions[i] = i; }
+}
+
+// Block (x, y): the run of equal ids that starts at sorted index x, channel packs
+// [y * blockDim.x, (y + 1) * blockDim.x). Blocks whose x is not a run start exit at once, so the
+// number of runs (known only on the device) needs no host round trip.
+template <int kVec>
+__global__ void encoder_backward_token_runs_kernel(
+    floatX* __restrict__ dwte,                   // (V, C)
+    const floatX* __restrict__ dout,             // (N, C)
+    const int* __restrict__ sorted_tokens,       // (N)
+    const int* __restrict__ sorted_positions,    // (N)
+    int N, int C) {
+    const int start = blockIdx.x;
+    const int token = sorted_tokens[start];
+    if (start > 0 && sorted_tokens[start - 1] == token) { return; }
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
+    if (c >= C) { return; }
+    float acc[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; k++) { acc[k] = 0.0f; }
+    for (int i = start; i < N && sorted_tokens[i] == token; i++) {
+        const Vec<floatX, kVec> d = load_vec<kVec>(dout + (size_t)sorted_positions[i] * C + c);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { acc[k] += to_float(d.v[k]); }
+    }
+    floatX* row = dwte + (size_t)token * C + c;
+    Vec<floatX, kVec> w = load_vec<kVec>(row);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) { w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]); }
+    store_vec<kVec>(row, w);
+}
+
+// One thread per pack of kVec channels of position t: sums dout over b in order.
+template <int kVec>
+__global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,        // (maxT, C)
+                                                  const floatX* __restrict__ dout,  // (B, T, C)
+                                                  int B, int T, int C) {
+    const int packs_per_row = C / kVec;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * packs_per_row) { return; }
+    const int t = i / packs_per_row;
+    const int c = (i % packs_per_row) * kVec;
+    float acc[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; k++) { acc[k] = 0.0f; }
+    for (int b = 0; b < B; b++) {
+        const Vec<floatX, kVec> d = load_vec<kVec>(dout + ((size_t)b * T + t) * C + c);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { acc[k] += to_float(d.v[k]); }
+    }
+    floatX* row = dwpe + (size_t)t * C + c;
+    Vec<floatX, kVec> w = load_vec<kVec>(row);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) { w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]); }
+    store_vec<kVec>(row, w);
+}
+
+struct EncoderScratch {
+    int* positions;         // (N) 0..N-1
+    int* sorted_tokens;     // (N)
+    int* sorted_positions;  // (N)
+    void* sort_temp;
+    size_t sort_temp_bytes;
+    size_t total_bytes;
+};
+
+// The regions of the scratch for N positions; base may be null to learn the size only.
+EncoderScratch encoder_scratch_layout(void* base, int N) {
+    EncoderScratch s;
+    s.sort_temp_bytes = 0;
+    // With a null temp pointer CUB only reports the storage it needs; no work is launched.
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, (const int*)nullptr,
+                                               (int*)nullptr, (const int*)nullptr, (int*)nullptr,
+                                               N));
+    char* p = static_cast<char*>(base);
+    const size_t ints = round_up((size_t)N * sizeof(int), kScratchAlign);
+    s.positions = reinterpret_cast<int*>(p);
+    s.sorted_tokens = reinterpret_cast<int*>(p + ints);
+    s.sorted_positions = reinterpret_cast<int*>(p + 2 * ints);
+    s.sort_temp = p + 3 * ints;
+    s.total_bytes = 3 * ints + round_up(s.sort_temp_bytes, kScratchAlign);
+    return s;
+}
+
+template <int kVec>
+void launch_encoder_backward_sums(const Context& ctx, floatX* dwte, floatX* dwpe,
+                                  const EncoderScratch& s, const floatX* dout, int B, int T,
+                                  int C) {
+    const int N = B * T;
+    const int packs_per_row = C / kVec;
+    const dim3 run_grid(N, (packs_per_row + kRunThreads - 1) / kRunThreads);
+    encoder_backward_token_runs_kernel<kVec><<<run_grid, kRunThreads, 0, ctx.stream>>>(
+        dwte, dout, s.sorted_tokens, s.sorted_positions, N, C);
+    CUDA_CHECK_LAST();
+    const int pos_blocks = (T * packs_per_row + kThreads - 1) / kThreads;
+    encoder_backward_positions_kernel<kVec><<<pos_blocks, kThreads, 0, ctx.stream>>>(dwpe, dout, B,
+                                                                                     T, C);
+    CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floatX* wte,
+                     const floatX* wpe, int B, int T, int C) {
+    NvtxRange range("encoder_forward");
+    LLMC_CHECK(B > 0 && T > 0 && C > 0, "encoder_forward: bad shape B=%d T=%d C=%d", B, T, C);
+    const int N = B * T;
+    const bool vec = C % kVecX == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
+    if (vec) {
+        const long long threads = (long long)N * (C / kVecX);
+        encoder_forward_gather_kernel<kVecX>
+            <<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, ctx.stream>>>(
+                out, inp, wte, wpe, N, T, C);
+    } else {
+        const long long threads = (long long)N * C;
+        encoder_forward_gather_kernel<1>
+            <<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, ctx.stream>>>(
+                out, inp, wte, wpe, N, T, C);
+    }
+    CUDA_CHECK_LAST();
+}
+
+size_t encoder_backward_scratch_bytes(int B, int T) {
+    return encoder_scratch_layout(nullptr, B * T).total_bytes;
+}
+
+void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scratch,
+                      const floatX* dout, const int* inp, int B, int T, int C) {
+    NvtxRange range("encoder_backward");
+    LLMC_CHECK(B > 0 && T > 0 && C > 0, "encoder_backward: bad shape B=%d T=%d C=%d", B, T, C);
+    LLMC_CHECK(scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % kScratchAlign == 0,
+               "encoder_backward: scratch must be a %zu-byte aligned buffer of "
+               "encoder_backward_scratch_bytes(B, T) bytes",
+               kScratchAlign);
+    const int N = B * T;
+    EncoderScratch s = encoder_scratch_layout(scratch, N);
+
+    iota_kernel<<<(N + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(s.positions, N);
+    CUDA_CHECK_LAST();
+    // LSD radix sort is stable: equal ids keep their positions in increasing order.
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_temp_bytes, inp,
+                                               s.sorted_tokens, s.positions, s.sorted_positions,
+                                               N, 0, (int)(sizeof(int) * 8), ctx.stream));
+    CUDA_CHECK_LAST();
+
+    const bool vec = C % kVecX == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
+    if (vec) {
+        launch_encoder_backward_sums<kVecX>(ctx, dwte, dwpe, s, dout, B, T, C);
+    } else {
+        launch_encoder_backward_sums<1>(ctx, dwte, dwpe, s, dout, B, T, C);
+    }
+}

@@ -1,0 +1,343 @@
+// layernorm.cu: layernorm forward, residual add fused with layernorm forward, and layernorm
+// backward with deterministic weight and bias gradients.
+//
+// Shapes: inp, out, residual, dout, dinp (N, C); weight, bias (C); mean, rstd (N) float.
+//   forward : mean = sum(x) / C;  rstd = 1 / sqrt(sum((x - mean)^2) / C + 1e-5)  (two passes,
+//             so a large mean does not cancel the variance);  out = (x - mean) * rstd * w + b.
+//             out, mean, rstd overwritten.  bytes = sizeof(floatX) * (2*N*C + 2*C) + 8*N
+//   fused   : residual = inp1 + inp2 (rounded to floatX, then normalized as stored), out as
+//             above.  bytes = sizeof(floatX) * (4*N*C + 2*C) + 8*N
+//   backward: with xhat = (x - mean) * rstd and dn = dout * w,
+//             dinp += rstd * (dn - mean_c(dn) - xhat * mean_c(dn * xhat))
+//             dweight += sum_rows(dout * xhat);  dbias += sum_rows(dout)       (all accumulate)
+//             bytes = sizeof(floatX) * (4*N*C + 5*C) + 8*N + 16*G*C  (G blocks of partials)
+// One warp per row; the statistics and every sum are in float. The backward's weight and bias
+// gradients are deterministic: each warp sums its rows (in row order) into its own slice of
+// shared memory, each block sums its warps in order into a partial row of `scratch`, and a
+// second kernel sums the G partial rows in a fixed order and adds them in.
+// Preconditions: C <= kMaxC (so one warp's gradient slice fits in shared memory). 16-byte
+// vector loads when C is a multiple of 16 / sizeof(floatX) and the tensors are 16-byte aligned,
+// otherwise one element per lane.
+// Last measured: not yet measured on a GPU.
+#include <cstdint>
+
+#include "layernorm.cuh"
+#include "nvtx.h"
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kForwardWarps = 8;  // rows per block in the forward
+constexpr int kVecX = 16 / sizeof(floatX);
+constexpr float kEps = 1e-5f;
+// Backward: up to 8 warps per block, each with a (2, C) float slice; 48 KiB is the shared
+// memory a kernel gets without opting in, so C <= 6144 leaves room for at least one warp.
+constexpr int kBackwardMaxWarps = 8;
+constexpr size_t kBackwardSmemBytes = 48 * 1024;
+constexpr int kMaxC = (int)(kBackwardSmemBytes / (2 * sizeof(float)));
+constexpr int kBackwardBlocksPerSm = 2;
+// Partial-sum reduction: 32 columns per block, 8 groups of partial rows per column.
+constexpr int kReduceCols = 32;
+constexpr int kReduceGroups = 8;
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+    T v[kVec];
+};
+template <int kVec, typename T>
+__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
+    return *reinterpret_cast<const Vec<T, kVec>*>(p);
+}
+template <int kVec, typename T>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
+    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    }
+    return x;
+}
+
+// The kVec input values at x[c..c+kVec) of one row, as float. With kResidual the input is
+// inp1 + inp2 rounded to floatX, recomputed from the inputs (never read back from `residual`,
+// which this kernel writes), so every pass sees the exact values that are stored.
+template <int kVec, bool kResidual>
+__device__ __forceinline__ void load_input(float (&x)[kVec], const floatX* __restrict__ inp1,
+                                           const floatX* __restrict__ inp2, size_t offset) {
+    const Vec<floatX, kVec> a = load_vec<kVec>(inp1 + offset);
+    if constexpr (kResidual) {
+        const Vec<floatX, kVec> b = load_vec<kVec>(inp2 + offset);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            x[k] = to_float(from_float<floatX>(to_float(a.v[k]) + to_float(b.v[k])));
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { x[k] = to_float(a.v[k]); }
+    }
+}
+
+// One warp per row, three passes over the row (sum; squared deviations; output). The passes
+// after the first hit L1. With kResidual the first pass also stores the residual.
+template <int kVec, bool kResidual>
+__global__ void __launch_bounds__(kForwardWarps* kWarpSize)
+    layernorm_forward_warp_per_row_kernel(floatX* __restrict__ out,         // (N, C)
+                                          float* __restrict__ mean,         // (N)
+                                          float* __restrict__ rstd,         // (N)
+                                          floatX* __restrict__ residual,    // (N, C), kResidual
+                                          const floatX* __restrict__ inp1,  // (N, C)
+                                          const floatX* __restrict__ inp2,  // (N, C), kResidual
+                                          const floatX* __restrict__ weight,  // (C)
+                                          const floatX* __restrict__ bias,    // (C)
+                                          int N, int C) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
+    if (row >= N) { return; }
+    const size_t base = (size_t)row * C;
+
+    float sum = 0.0f;
+    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+        float x[kVec];
+        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
+        if constexpr (kResidual) {
+            Vec<floatX, kVec> r;
+#pragma unroll
+            for (int k = 0; k < kVec; k++) { r.v[k] = from_float<floatX>(x[k]); }
+            store_vec<kVec>(residual + base + c, r);
+        }
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { sum += x[k]; }
+    }
+    const float m = warp_sum(sum) / (float)C;
+
+    float sq = 0.0f;
+    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+        float x[kVec];
+        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) { sq += (x[k] - m) * (x[k] - m); }
+    }
+    const float s = 1.0f / sqrtf(warp_sum(sq) / (float)C + kEps);
+
+    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+        float x[kVec];
+        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
+        const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+        const Vec<floatX, kVec> b = load_vec<kVec>(bias + c);
+        Vec<floatX, kVec> o;
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            o.v[k] = from_float<floatX>((x[k] - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+        }
+        store_vec<kVec>(out + base + c, o);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// One warp per row (rows strided over the grid). Writes dinp and this block's partial row
+// partials[blockIdx.x] = (sum of dout * xhat, sum of dout) over the block's rows.
+// Dynamic shared memory: warps * 2 * C floats.
+template <int kVec>
+__global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp,   // (N, C)
+                                                       float* __restrict__ partials,  // (G, 2, C)
+                                                       const floatX* __restrict__ dout,  // (N, C)
+                                                       const floatX* __restrict__ inp,   // (N, C)
+                                                       const floatX* __restrict__ weight,  // (C)
+                                                       const float* __restrict__ mean,     // (N)
+                                                       const float* __restrict__ rstd,     // (N)
+                                                       int N, int C) {
+    extern __shared__ float warp_sums[];  // (warps, 2, C)
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    float* dw_acc = warp_sums + (size_t)warp * 2 * C;
+    float* db_acc = dw_acc + C;
+    for (int c = lane; c < 2 * C; c += kWarpSize) { dw_acc[c] = 0.0f; }
+    __syncwarp();
+
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row];
+        const float s = rstd[row];
+        float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+        for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+            const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
+            const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+            const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                const float dn = to_float(g.v[k]) * to_float(w.v[k]);
+                sum_dn += dn;
+                sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
+            }
+        }
+        const float mean_dn = warp_sum(sum_dn) / (float)C;
+        const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+
+        for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+            const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
+            const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+            const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+            Vec<floatX, kVec> d = load_vec<kVec>(dinp + base + c);
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                const float gk = to_float(g.v[k]);
+                const float xhat = (to_float(x.v[k]) - m) * s;
+                const float dn = gk * to_float(w.v[k]);
+                d.v[k] = from_float<floatX>(to_float(d.v[k]) +
+                                            s * (dn - mean_dn - xhat * mean_dn_xhat));
+                dw_acc[c + k] += gk * xhat;
+                db_acc[c + k] += gk;
+            }
+            store_vec<kVec>(dinp + base + c, d);
+        }
+    }
+    __syncthreads();
+    // This block's partial row: its warps' slices summed in warp order.
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float total = 0.0f;
+        for (int w = 0; w < warps; w++) { total += warp_sums[(size_t)w * 2 * C + c]; }
+        partials[(size_t)blockIdx.x * 2 * C + c] = total;
+    }
+}
+
+// Column sums of partials (G, 2C) in a fixed order, added into dweight | dbias. Block: 32
+// columns x kReduceGroups groups; group y sums partial rows y, y + groups, ... in order, then
+// group 0 sums the groups in order.
+__global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight,  // (C)
+                                                    floatX* __restrict__ dbias,    // (C)
+                                                    const float* __restrict__ partials,  // (G, 2C)
+                                                    int G, int C) {
+    __shared__ float group_sums[kReduceGroups][kReduceCols];
+    const int col = blockIdx.x * kReduceCols + threadIdx.x;
+    float acc = 0.0f;
+    if (col < 2 * C) {
+        for (int g = threadIdx.y; g < G; g += kReduceGroups) {
+            acc += partials[(size_t)g * 2 * C + col];
+        }
+    }
+    group_sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= 2 * C) { return; }
+    float total = 0.0f;
+    for (int g = 0; g < kReduceGroups; g++) { total += group_sums[g][threadIdx.x]; }
+    floatX* dst = col < C ? dweight + col : dbias + (col - C);
+    *dst = from_float<floatX>(to_float(*dst) + total);
+}
+
+// The backward's launch shape, a function of the device and (N, C) only, so the scratch size
+// and the launch agree.
+struct BackwardShape {
+    int warps;   // per block
+    int blocks;  // G, partial rows in scratch
+};
+BackwardShape backward_shape(const Context& ctx, int N, int C) {
+    BackwardShape b;
+    b.warps = (int)(kBackwardSmemBytes / (2 * sizeof(float) * (size_t)C));
+    if (b.warps > kBackwardMaxWarps) { b.warps = kBackwardMaxWarps; }
+    const int wanted = (N + b.warps - 1) / b.warps;
+    const int cap = kBackwardBlocksPerSm * ctx_num_sms(ctx);
+    b.blocks = wanted < cap ? wanted : cap;
+    return b;
+}
+
+template <int kVec, bool kResidual>
+void launch_layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
+                              floatX* residual, const floatX* inp1, const floatX* inp2,
+                              const floatX* weight, const floatX* bias, int N, int C) {
+    const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
+    layernorm_forward_warp_per_row_kernel<kVec, kResidual>
+        <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(out, mean, rstd, residual, inp1,
+                                                               inp2, weight, bias, N, C);
+    CUDA_CHECK_LAST();
+}
+
+void check_forward_args(const char* op, const floatX* out, const float* mean, const float* rstd,
+                        const floatX* weight, const floatX* bias, int N, int C) {
+    LLMC_CHECK(N > 0 && C > 0, "%s: bad shape N=%d C=%d", op, N, C);
+    LLMC_CHECK(out != nullptr && mean != nullptr && rstd != nullptr && weight != nullptr &&
+                   bias != nullptr,
+               "%s: out, mean, rstd, weight and bias must all be given", op);
+}
+
+}  // namespace
+
+void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
+                       const floatX* inp, const floatX* weight, const floatX* bias, int N, int C) {
+    NvtxRange range("layernorm_forward");
+    check_forward_args("layernorm_forward", out, mean, rstd, weight, bias, N, C);
+    LLMC_CHECK(out != inp, "layernorm_forward: out must not alias inp");
+    const bool vec = C % kVecX == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
+                     aligned16(bias);
+    if (vec) {
+        launch_layernorm_forward<kVecX, false>(ctx, out, mean, rstd, nullptr, inp, nullptr,
+                                               weight, bias, N, C);
+    } else {
+        launch_layernorm_forward<1, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, weight,
+                                           bias, N, C);
+    }
+}
+
+void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floatX* out,
+                                      float* mean, float* rstd, const floatX* inp1,
+                                      const floatX* inp2, const floatX* weight, const floatX* bias,
+                                      int N, int C) {
+    NvtxRange range("fused_residual_layernorm_forward");
+    check_forward_args("fused_residual_layernorm_forward", out, mean, rstd, weight, bias, N, C);
+    LLMC_CHECK(residual != nullptr && residual != inp1 && residual != inp2 && residual != out,
+               "fused_residual_layernorm_forward: residual must be its own buffer (not an input "
+               "or out)");
+    const bool vec = C % kVecX == 0 && aligned16(residual) && aligned16(out) &&
+                     aligned16(inp1) && aligned16(inp2) && aligned16(weight) && aligned16(bias);
+    if (vec) {
+        launch_layernorm_forward<kVecX, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight,
+                                              bias, N, C);
+    } else {
+        launch_layernorm_forward<1, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight,
+                                          bias, N, C);
+    }
+}
+
+size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
+    LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)",
+               N, C, kMaxC);
+    return (size_t)backward_shape(ctx, N, C).blocks * 2 * C * sizeof(float);
+}
+
+void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
+                        void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
+                        const float* mean, const float* rstd, int N, int C) {
+    NvtxRange range("layernorm_backward");
+    LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC,
+               "layernorm_backward: bad shape N=%d C=%d (C must be at most %d)", N, C, kMaxC);
+    LLMC_CHECK(scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % 16 == 0,
+               "layernorm_backward: scratch must be a 16-byte aligned buffer of "
+               "layernorm_backward_scratch_bytes(ctx, N, C) bytes");
+    LLMC_CHECK(dinp != dout, "layernorm_backward: dinp must not alias dout");
+    const BackwardShape shape = backward_shape(ctx, N, C);
+    float* partials = static_cast<float*>(scratch);
+    const size_t smem = (size_t)shape.warps * 2 * C * sizeof(float);
+    const bool vec = C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+                     aligned16(weight);
+    if (vec) {
+        layernorm_backward_warp_per_row_kernel<kVecX>
+            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(
+                dinp, partials, dout, inp, weight, mean, rstd, N, C);
+    } else {
+        layernorm_backward_warp_per_row_kernel<1>
+            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(
+                dinp, partials, dout, inp, weight, mean, rstd, N, C);
+    }
+    CUDA_CHECK_LAST();
+    const int reduce_blocks = (2 * C + kReduceCols - 1) / kReduceCols;
+    layernorm_param_grads_reduce_kernel<<<reduce_blocks, dim3(kReduceCols, kReduceGroups), 0,
+                                          ctx.stream>>>(dweight, dbias, partials, shape.blocks, C);
+    CUDA_CHECK_LAST();
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# run_tests.sh: every test this machine can run; `make test` calls it after building.
+#
+# CPU (always): the host tests (model files, data loader), the trainer's option checks, and the
+# CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
+# the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77).
+# GPU (when nvidia-smi sees a GPU): every per-op test under dev/, and test_gpt2cu on the same
+# dump with CUDA graphs on and off. Without a GPU each prints SKIP and its reason.
+# Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PRECISION_DIR=${PRECISION_DIR:-build/fp32}
+TESTDATA=build/testdata
+mkdir -p "$TESTDATA"
+passed=0 failed=0 skipped=0
+
+run() {  # run NAME COMMAND...: one test, judged by its exit code
+    local name=$1; shift
+    local log="$TESTDATA/$name.log"
+    local t0=$SECONDS
+    if "$@" >"$log" 2>&1; then
+        echo "PASS $name ($((SECONDS - t0)) s)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $name (exit $?; last lines of $log:)"
+        tail -n 25 "$log" | sed 's/^/    /'
+        failed=$((failed + 1))
+    fi
+}
+skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
+
+PY=$(bash scripts/install_deps.sh | tail -n 1) || { echo "FAIL deps: see the message above"; exit 1; }
+
+# --- host tests -----------------------------------------------------------------------------
+for t in build/host/dev/test_*; do
+    [[ "$t" != *.o && -x "$t" ]] && run "$(basename "$t")" "$t"
+done
+run cli_checks bash scripts/test_cli.sh
+
+# --- CPU reference against PyTorch ----------------------------------------------------------
+SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77
+       --random-biases --seed 1234)
+run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
+    --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
+run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+
+# --- GPU tests ------------------------------------------------------------------------------
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    for t in "$PRECISION_DIR"/dev/test_*; do
+        [[ "$t" != *.o && -x "$t" ]] && run "gpu_$(basename "$t")" "$t"
+    done
+    for g in 1 0; do
+        run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
+            --state "$TESTDATA/small_state.bin" --graph "$g"
+    done
+else
+    skip gpu_tests "no NVIDIA GPU visible (nvidia-smi lists none); per-op tests and test_gpt2cu need one"
+fi
+
+echo "run_tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ]

@@ -1,0 +1,811 @@
+#!/usr/bin/env python3
+"""train_gpt2.py: the PyTorch reference of this project.
+
+It holds the same GPT-2 as train_gpt2cu (pre-LN blocks, LayerNorm eps 1e-5, tanh GELU, causal
+attention, LM head tied to wte) and writes every file the C++ side reads (formats in
+llmc/model_file.h and llmc/dataloader.h):
+
+  model file      --write-model PATH [--model-dtype float32|bfloat16]
+  debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients, then our
+                  trailer with the losses of --dump-steps AdamW steps on that batch)
+  tokenizer file  --write-tokenizer PATH --encoder-dir DIR
+  token shards    --tokenize FILE --encoder-dir DIR --out-dir DIR   (GPT-2 byte-level BPE)
+                  --random-shards DIR --num-tokens N                (random ids, for tests)
+  training        -i GLOB [-j GLOB] ...  (one line per step, a summary, --json-summary PATH)
+
+Works on torch 1.13 (CPU) and torch 2.x (CUDA); newer features (torch.compile,
+scaled_dot_product_attention, fused AdamW) are used only where they exist. Run --help for every
+option. A bad value gets one sentence and exit code 2.
+"""
+import argparse
+import glob
+import inspect
+import json
+import math
+import re
+import os
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+
+MODEL_MAGIC, STATE_MAGIC, TOKENIZER_MAGIC, SHARD_MAGIC = 20240326, 20240327, 20240328, 20240520
+HEADER_INTS = 256
+PRESETS = {  # name -> (n_layer, n_head, n_embd); GPT-2 124M / 350M / 774M / 1558M
+    "d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280), "d48": (48, 25, 1600)}
+GPT2_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+class UsageError(Exception):
+    """A user's mistake: printed as one sentence, exit code 2."""
+
+
+def fail(msg):
+    raise UsageError(msg)
+
+
+def header(*values):
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[:len(values)] = values
+    return h.tobytes()
+
+
+def padded_vocab(v):
+    return (v + 127) // 128 * 128
+
+
+# ------------------------------------------------------------------------------------------
+# Token shards and the tokenizer (no torch needed)
+
+def write_shard(path, tokens):
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > 65535):
+        fail(f"token ids must fit uint16 to be written to {path}")
+    with open(path, "wb") as f:
+        f.write(header(SHARD_MAGIC, 1, tokens.size))
+        f.write(tokens.astype("<u2").tobytes())
+    print(f"wrote {path}: {tokens.size} tokens")
+
+
+def read_shard_count(path):
+    """Checks a shard's header against its size (as the C++ loader does); returns the count."""
+    size = os.path.getsize(path)
+    if size < 4 * HEADER_INTS:
+        fail(f"{path} is too short to be a token shard ({size} bytes)")
+    h = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+    if h[0] != SHARD_MAGIC:
+        fail(f"{path} is not a token shard: its magic number is {h[0]}, expected {SHARD_MAGIC}")
+    if h[1] != 1:
+        fail(f"{path} has shard version {h[1]}, expected 1; regenerate the shard")
+    if size != 4 * HEADER_INTS + 2 * int(h[2]):
+        fail(f"{path} says it holds {h[2]} tokens but its size is {size} bytes; it is truncated")
+    return int(h[2])
+
+
+class ShardLoader:
+    """Batches of B*T+1 tokens from shards in name order, advancing by B*T, wrapping at the end."""
+
+    def __init__(self, pattern, B, T, vocab_size):
+        self.files = sorted(glob.glob(pattern))
+        if not self.files:
+            fail(f"no file matches the shard pattern '{pattern}'")
+        self.B, self.T, self.V = B, T, vocab_size
+        self.counts = [read_shard_count(p) for p in self.files]
+        for p, n in zip(self.files, self.counts):
+            if n < B * T + 1:
+                fail(f"{p} holds {n} tokens, fewer than the B*T+1 = {B * T + 1} one batch needs; "
+                     "use a smaller B or T")
+        self.reset()
+
+    def _load(self, i):
+        self.shard, self.pos = i, 0
+        self.tokens = np.memmap(self.files[i], dtype="<u2", mode="r", offset=4 * HEADER_INTS,
+                                shape=(self.counts[i],))
+        top = int(self.tokens.max())
+        if top >= self.V:
+            fail(f"{self.files[i]} has token id {top}, not below the vocabulary size {self.V}")
+
+    def reset(self):
+        self._load(0)
+
+    def next_batch(self):
+        bt = self.B * self.T
+        buf = np.array(self.tokens[self.pos:self.pos + bt + 1], dtype=np.int64)
+        self.pos += bt
+        if self.pos + bt + 1 > self.counts[self.shard]:
+            self._load((self.shard + 1) % len(self.files))
+        return buf[:-1].reshape(self.B, self.T), buf[1:].reshape(self.B, self.T)
+
+
+def byte_to_unicode():
+    """GPT-2's table: printable bytes map to their own code point, the rest to 256+n in order."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+def load_encoder(enc_dir):
+    """encoder.json (or HF's vocab.json) -> dict, checked to hold ids 0..n-1 and <|endoftext|>."""
+    if not enc_dir:
+        fail("this mode needs --encoder-dir DIR holding GPT-2's encoder.json and vocab.bpe")
+    for name in ("encoder.json", "vocab.json"):
+        path = os.path.join(enc_dir, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                enc = json.load(f)
+            break
+    else:
+        fail(f"{enc_dir} holds neither encoder.json nor vocab.json (GPT-2's token table)")
+    if sorted(enc.values()) != list(range(len(enc))):
+        fail(f"the token ids in {path} are not 0..{len(enc) - 1} without gaps")
+    if "<|endoftext|>" not in enc:
+        fail(f"{path} has no <|endoftext|> token")
+    return enc
+
+
+def write_tokenizer(path, enc_dir):
+    enc = load_encoder(enc_dir)
+    decode = {u: b for b, u in byte_to_unicode().items()}
+    by_id = sorted(enc.items(), key=lambda kv: kv[1])
+    eot = enc["<|endoftext|>"]
+    with open(path, "wb") as f:
+        f.write(header(TOKENIZER_MAGIC, 2, len(by_id), eot))
+        for text, i in by_id:
+            raw = text.encode("utf-8") if i == eot else bytes(decode[c] for c in text)
+            if not 0 < len(raw) < 256:
+                fail(f"token {i} is {len(raw)} bytes long; the tokenizer file stores 1..255")
+            f.write(struct.pack("<B", len(raw)) + raw)
+    print(f"wrote {path}: {len(by_id)} tokens, EOT {eot}")
+
+
+class BPE:
+    """GPT-2 byte-level BPE: regex pre-tokenisation, bytes -> unicode, merges by rank."""
+
+    def __init__(self, enc_dir):
+        try:
+            import regex
+        except ImportError:
+            fail("--tokenize needs the Python module 'regex' (pip install regex)")
+        self.pattern = regex.compile(GPT2_PATTERN)
+        self.encoder = load_encoder(enc_dir)
+        self.eot = self.encoder["<|endoftext|>"]
+        for name in ("vocab.bpe", "merges.txt"):
+            path = os.path.join(enc_dir, name)
+            if os.path.isfile(path):
+                break
+        else:
+            fail(f"{enc_dir} holds neither vocab.bpe nor merges.txt (GPT-2's merge list)")
+        with open(path, encoding="utf-8") as f:
+            lines = [ln for ln in f.read().split("\n") if ln and not ln.startswith("#version")]
+        self.ranks = {tuple(ln.split()): r for r, ln in enumerate(lines)}
+        self.byte_map = byte_to_unicode()
+        self.cache = {}
+
+    def _merge(self, word):
+        parts = list(word)
+        while len(parts) > 1:
+            ranked = [(self.ranks.get(pair, math.inf), i)
+                      for i, pair in enumerate(zip(parts, parts[1:]))]
+            rank, first = min(ranked)  # the lowest-ranked adjacent pair merges first
+            if rank == math.inf:
+                break
+            a, b = parts[first], parts[first + 1]
+            out, i = [], 0
+            while i < len(parts):  # merge every non-overlapping (a, b), left to right
+                if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(parts[i])
+                    i += 1
+            parts = out
+        return [self.encoder[p] for p in parts]
+
+    def encode(self, text):
+        ids = []
+        for piece in self.pattern.findall(text):
+            if piece not in self.cache:
+                word = "".join(self.byte_map[b] for b in piece.encode("utf-8"))
+                self.cache[piece] = self._merge(word)
+            ids.extend(self.cache[piece])
+        return ids
+
+
+def tokenize_file(args):
+    if not os.path.isfile(args.tokenize):
+        fail(f"the text file {args.tokenize} does not exist")
+    if not args.out_dir:
+        fail("--tokenize needs --out-dir DIR for the shards")
+    if not 0.0 <= args.val_fraction < 1.0:
+        fail(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
+    bpe = BPE(args.encoder_dir)
+    with open(args.tokenize, encoding="utf-8") as f:
+        text = f.read()
+    docs = text.split(args.doc_sep) if args.doc_sep else [text]
+    tokens = []
+    for doc in docs:
+        if doc:
+            tokens.append(bpe.eot)  # EOT opens every document, as in GPT-2's training data
+            tokens.extend(bpe.encode(doc))
+    prefix = args.prefix or os.path.splitext(os.path.basename(args.tokenize))[0]
+    n_val = int(math.ceil(len(tokens) * args.val_fraction))
+    write_split_shards(np.array(tokens, dtype=np.int64), args.out_dir, prefix, n_val)
+
+
+def write_split_shards(tokens, out_dir, prefix, n_val):
+    os.makedirs(out_dir, exist_ok=True)
+    write_shard(os.path.join(out_dir, f"{prefix}_val_000000.bin"), tokens[:n_val])
+    write_shard(os.path.join(out_dir, f"{prefix}_train_000000.bin"), tokens[n_val:])
+
+
+def random_shards(args, vocab_size):
+    if args.num_tokens is None or args.num_tokens < 2:
+        fail("--random-shards needs --num-tokens N with N >= 2")
+    if vocab_size > 65536:
+        fail(f"token shards store uint16 ids, so the vocabulary size {vocab_size} is too large")
+    if not 0.0 <= args.val_fraction < 1.0:
+        fail(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
+    n_val = max(1, int(args.num_tokens * args.val_fraction))
+    tokens = np.random.RandomState(args.seed).randint(0, vocab_size, size=args.num_tokens + n_val)
+    # N train tokens, and a val shard of val_fraction * N more before them
+    write_split_shards(tokens, args.random_shards, args.prefix or "random", n_val)
+
+
+# ------------------------------------------------------------------------------------------
+# The model (torch is imported lazily so that the tokenizer modes work without it)
+
+def build_model_classes():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+
+    class Block(nn.Module):
+        def __init__(self, C, n_head, flash):
+            super().__init__()
+            self.n_head, self.flash = n_head, flash and has_sdpa
+            self.ln1, self.ln2 = nn.LayerNorm(C, eps=1e-5), nn.LayerNorm(C, eps=1e-5)
+            self.qkv, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def attention(self, x):
+            B, T, C = x.shape
+            # qkv rows: q, k, v, each split into heads of HS = C / NH consecutive channels
+            q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                       for t in self.qkv(x).split(C, dim=2))
+            if self.flash:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+                y = att @ v
+            return self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+        def forward(self, x):
+            x = x + self.attention(self.ln1(x))
+            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT2(nn.Module):
+        def __init__(self, cfg, flash):
+            super().__init__()
+            self.cfg = cfg
+            self.wte = nn.Embedding(cfg["vocab_size"], cfg["n_embd"])
+            self.wpe = nn.Embedding(cfg["block_size"], cfg["n_embd"])
+            self.blocks = nn.ModuleList(Block(cfg["n_embd"], cfg["n_head"], flash)
+                                        for _ in range(cfg["n_layer"]))
+            self.lnf = nn.LayerNorm(cfg["n_embd"], eps=1e-5)
+
+        def forward(self, idx, targets=None):
+            pos = torch.arange(idx.size(1), device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.blocks:
+                x = block(x)
+            logits = F.linear(self.lnf(x), self.wte.weight)  # the LM head is wte (tied)
+            loss = None
+            if targets is not None:
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+            return logits, loss
+
+    return GPT2
+
+
+def init_weights(model, seed, random_biases):
+    import torch
+    torch.manual_seed(seed)
+    L = model.cfg["n_layer"]
+    with torch.no_grad():
+        model.wte.weight.normal_(0.0, 0.02)
+        model.wpe.weight.normal_(0.0, 0.02)
+        for b in model.blocks:
+            for lin in (b.qkv, b.attn_proj, b.fc, b.fc_proj):
+                residual = lin is b.attn_proj or lin is b.fc_proj
+                lin.weight.normal_(0.0, 0.02 / math.sqrt(2 * L) if residual else 0.02)
+                lin.bias.zero_()
+        if random_biases:  # so that no gradient in a test is checked against zeros
+            for b in model.blocks:
+                for lin in (b.qkv, b.attn_proj, b.fc, b.fc_proj):
+                    lin.bias.normal_(0.0, 0.02)
+            for ln in [m for b in model.blocks for m in (b.ln1, b.ln2)] + [model.lnf]:
+                ln.weight.copy_(1.0 + 0.1 * torch.randn_like(ln.weight))
+                ln.bias.normal_(0.0, 0.02)
+
+
+HF_MAP = [("ln_1.weight", "ln1.weight", False), ("ln_1.bias", "ln1.bias", False),
+          ("attn.c_attn.weight", "qkv.weight", True), ("attn.c_attn.bias", "qkv.bias", False),
+          ("attn.c_proj.weight", "attn_proj.weight", True),
+          ("attn.c_proj.bias", "attn_proj.bias", False),
+          ("ln_2.weight", "ln2.weight", False), ("ln_2.bias", "ln2.bias", False),
+          ("mlp.c_fc.weight", "fc.weight", True), ("mlp.c_fc.bias", "fc.bias", False),
+          ("mlp.c_proj.weight", "fc_proj.weight", True), ("mlp.c_proj.bias", "fc_proj.bias", False)]
+
+
+def read_safetensors(path):
+    """The safetensors layout: u64 header length, a JSON header, then the raw tensors."""
+    kinds = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        meta = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, m in meta.items():
+        if name == "__metadata__":
+            continue
+        if m["dtype"] not in kinds:
+            fail(f"{path} holds {name} as {m['dtype']}; only F32, F16 and BF16 are read")
+        a = np.frombuffer(data[m["data_offsets"][0]:m["data_offsets"][1]], dtype=kinds[m["dtype"]])
+        if m["dtype"] == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.astype(np.float32).reshape(m["shape"])
+    return out
+
+
+def load_hf(hf_dir):
+    """Config and state dict (in this model's names) from a local HF GPT-2 directory."""
+    import torch
+    cfg_path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(cfg_path):
+        fail(f"--hf-dir {hf_dir} has no config.json; point it at a Hugging Face GPT-2 directory")
+    with open(cfg_path) as f:
+        hc = json.load(f)
+    keys = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")
+    missing = [k for k in keys if k not in hc]
+    if missing:
+        fail(f"{cfg_path} lacks {', '.join(missing)}; is it a GPT-2 config?")
+    cfg = dict(n_layer=hc["n_layer"], n_head=hc["n_head"], n_embd=hc["n_embd"],
+               vocab_size=hc["vocab_size"], block_size=hc["n_positions"])
+    st_path = os.path.join(hf_dir, "model.safetensors")
+    bin_path = os.path.join(hf_dir, "pytorch_model.bin")
+    if os.path.isfile(st_path):
+        sd = {k: torch.from_numpy(np.array(v)) for k, v in read_safetensors(st_path).items()}
+    elif os.path.isfile(bin_path):
+        sd = torch.load(bin_path, map_location="cpu")
+    else:
+        fail(f"--hf-dir {hf_dir} has neither model.safetensors nor pytorch_model.bin")
+    sd = {(k[len("transformer."):] if k.startswith("transformer.") else k): v.float()
+          for k, v in sd.items()}
+    names = [("wte.weight", "wte.weight", False), ("wpe.weight", "wpe.weight", False),
+             ("ln_f.weight", "lnf.weight", False), ("ln_f.bias", "lnf.bias", False)]
+    for i in range(cfg["n_layer"]):
+        names += [(f"h.{i}.{h}", f"blocks.{i}.{o}", t) for h, o, t in HF_MAP]
+    ours = {}
+    for hf_name, name, transpose in names:  # HF's Conv1D stores weights as (in, out)
+        if hf_name not in sd:
+            fail(f"the checkpoint in {hf_dir} has no tensor {hf_name}")
+        ours[name] = sd[hf_name].t().contiguous() if transpose else sd[hf_name]
+    return cfg, ours
+
+
+def file_tensors(model, grads=False):
+    """The 16 tensors of llmc/model_file.h as float32 numpy arrays, wte padded to Vp rows."""
+    def get(p):
+        t = p.grad if grads else p
+        return t.detach().float().cpu().numpy()
+
+    def stack(fn):
+        return np.stack([get(fn(b)) for b in model.blocks])
+
+    V, C = model.cfg["vocab_size"], model.cfg["n_embd"]
+    wte = np.zeros((padded_vocab(V), C), dtype=np.float32)
+    wte[:V] = get(model.wte.weight)
+    yield wte
+    yield get(model.wpe.weight)
+    for fn in (lambda b: b.ln1.weight, lambda b: b.ln1.bias, lambda b: b.qkv.weight,
+               lambda b: b.qkv.bias, lambda b: b.attn_proj.weight, lambda b: b.attn_proj.bias,
+               lambda b: b.ln2.weight, lambda b: b.ln2.bias, lambda b: b.fc.weight,
+               lambda b: b.fc.bias, lambda b: b.fc_proj.weight, lambda b: b.fc_proj.bias):
+        yield stack(fn)
+    yield get(model.lnf.weight)
+    yield get(model.lnf.bias)
+
+
+def to_bf16_bits(a):
+    """float32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN."""
+    bits = a.astype("<f4").view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def write_model(path, model, dtype):
+    c = model.cfg
+    version = 3 if dtype == "float32" else 5
+    with open(path, "wb") as f:
+        f.write(header(MODEL_MAGIC, version, c["block_size"], c["vocab_size"], c["n_layer"],
+                       c["n_head"], c["n_embd"], padded_vocab(c["vocab_size"])))
+        for t in file_tensors(model):
+            f.write(t.astype("<f4").tobytes() if version == 3 else to_bf16_bits(t).tobytes())
+    print(f"wrote {path}: model file version {version}")
+
+
+def make_optimizer(model, args, fused=False):
+    import torch
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # wte, wpe, the four matrices
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": args.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    kw = dict(lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    if fused and "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        kw["fused"] = True
+    elif fused:
+        print("note: this torch's AdamW has no fused=True; using the default AdamW")
+    return torch.optim.AdamW(groups, **kw)
+
+
+def clip(model, grad_clip):
+    import torch
+    # clip_grad_norm_ scales by grad_clip / (norm + 1e-6) when that is below 1; 0 = no clipping
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                grad_clip if grad_clip > 0 else math.inf))
+
+
+def set_precision(tf32, deterministic):
+    import torch
+    if hasattr(torch, "set_float32_matmul_precision"):
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def write_state(path, model, x, y, args):
+    """Debug state v2 + trailer, computed in float32 with TF32 off and deterministic kernels."""
+    import torch
+    set_precision(tf32=False, deterministic=True)
+    B, T = x.shape
+    model.train()
+    model.zero_grad(set_to_none=True)
+    logits, loss = model(x, y)
+    loss.backward()
+    opt = make_optimizer(model, args)
+    with open(path, "wb") as f:
+        f.write(header(STATE_MAGIC, 2, B, T))
+        f.write(x.cpu().numpy().astype("<i4").tobytes())
+        f.write(y.cpu().numpy().astype("<i4").tobytes())
+        f.write(logits.detach().cpu().numpy().astype("<f4").tobytes())
+        f.write(struct.pack("<f", loss.item()))
+        for g in file_tensors(model, grads=True):
+            f.write(g.astype("<f4").tobytes())
+        losses = [loss.item()]
+        print(f"state loss {losses[0]:.6f}")
+        for k in range(1, args.dump_steps):
+            norm = clip(model, args.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            _, loss = model(x, y)
+            loss.backward()
+            losses.append(loss.item())
+            print(f"state step {k}: grad norm before the update {norm:.6f}, loss {losses[-1]:.6f}")
+        f.write(struct.pack("<i", args.dump_steps))
+        f.write(struct.pack("<6f", args.lr, args.beta1, args.beta2, args.eps, args.weight_decay,
+                            args.grad_clip))
+        f.write(np.array(losses, dtype="<f4").tobytes())
+    print(f"wrote {path}: debug state B={B} T={T}, {args.dump_steps} step losses")
+
+
+# ------------------------------------------------------------------------------------------
+# Training / benchmark
+
+def lr_at(args, step):  # step is 1-based: linear warmup, then constant (as train_gpt2cu)
+    if args.warmup > 0 and step <= args.warmup:
+        return args.lr * step / args.warmup
+    return args.lr
+
+
+def train(args, model, cfg, device):
+    import torch
+    set_precision(tf32=args.tf32, deterministic=False)
+    B, T = args.batch_size, args.seq_len
+    accum = args.total_batch // (B * T)
+    train_loader = ShardLoader(args.input, B, T, cfg["vocab_size"])
+    val_loader = ShardLoader(args.val_input, B, T, cfg["vocab_size"]) if args.val_input else None
+    opt = make_optimizer(model, args, fused=args.fused_adamw)
+    cuda = device.type == "cuda"
+    if args.dtype == "bfloat16":
+        autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    else:
+        import contextlib
+        autocast = contextlib.nullcontext
+    fwd = model
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            fail(f"--compile needs torch 2 or newer; this is torch {torch.__version__}")
+        fwd = torch.compile(model)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def validate():
+        val_loader.reset()
+        total = 0.0
+        with torch.no_grad(), autocast():
+            for _ in range(args.val_batches):
+                x, y = (torch.from_numpy(a).to(device) for a in val_loader.next_batch())
+                total += fwd(x, y)[1].item()
+        return total / args.val_batches
+
+    model.train()
+    times, losses, val_loss = [], [], None
+    for step in range(1, args.steps + 1):
+        sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(accum):
+            x, y = (torch.from_numpy(a).to(device, non_blocking=True)
+                    for a in train_loader.next_batch())
+            with autocast():
+                _, loss = fwd(x, y)
+            (loss / accum).backward()
+            loss_sum += loss.detach()
+        norm = clip(model, args.grad_clip)
+        lr = lr_at(args, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        sync()
+        ms = 1000.0 * (time.perf_counter() - t0)
+        loss_val = loss_sum.item() / accum
+        times.append(ms)
+        losses.append(loss_val)
+        print(f"step {step}/{args.steps} | loss {loss_val:.6f} | norm {norm:.4f} | lr {lr:.2e} | "
+              f"ms {ms:.2f} | tok/s {args.total_batch / ms * 1000.0:.0f}", flush=True)
+        if val_loader and (step == args.steps or (args.val_every and step % args.val_every == 0)):
+            val_loss = validate()
+            print(f"val loss {val_loss:.6f}")
+
+    skip = min(args.warmup_skip, len(times) - 1)
+    timed = times[skip:]
+    median_ms = statistics.median(timed)
+    tok_s = args.total_batch * len(timed) / (sum(timed) / 1000.0)
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else 0.0
+    name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    peak_txt = f"{peak:.0f} MiB" if cuda else "n/a (cpu)"
+    print(f"summary: {cfg['name']} B={B} T={T} {args.dtype} compile={args.compile} "
+          f"flash={args.flash} tf32={args.tf32} on {name} | median {median_ms:.2f} ms/step over "
+          f"steps {skip + 1}..{args.steps} | {tok_s:.0f} tok/s | peak memory {peak_txt}")
+    if args.json_summary:
+        summary = dict(median_ms=median_ms, tok_per_s=tok_s, peak_mem_mib=peak, steps=args.steps,
+                       B=B, T=T, config=cfg["name"], model=cfg, dtype=args.dtype,
+                       compile=args.compile, flash=args.flash, tf32=args.tf32,
+                       device_name=name, torch_version=torch.__version__, losses=losses,
+                       val_loss=val_loss, total_batch=args.total_batch, step_ms=times)
+        with open(args.json_summary, "w") as f:
+            json.dump(summary, f, indent=1)
+        print(f"wrote {args.json_summary}")
+
+
+# ------------------------------------------------------------------------------------------
+# Options
+
+EPILOG = """modes (several may be combined; the model is built once for the model modes):
+  write a model file and a debug state for one batch (random tokens unless -i is given):
+    %(prog)s -e d12 -b 4 -t 64 --random-biases --write-model m.bin --write-state s.bin
+    %(prog)s --n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77 \\
+        --random-biases --device cpu --write-model m.bin --write-state s.bin
+  load a local Hugging Face GPT-2 directory instead of the random init:
+    %(prog)s --hf-dir gpt2/ --write-model gpt2_124M.bin --model-dtype bfloat16
+  tokenizer file and shards (GPT-2's encoder.json + vocab.bpe, or HF's vocab.json + merges.txt):
+    %(prog)s --write-tokenizer gpt2_tokenizer.bin --encoder-dir DIR
+    %(prog)s --tokenize input.txt --encoder-dir DIR --out-dir data/tiny [--doc-sep '\\n\\n']
+    %(prog)s --random-shards data/random --num-tokens 2000000 [--vocab-size V] [--seed S]
+  train / benchmark (default when -i is given and no file is written):
+    %(prog)s -i 'data/random/*_train_*.bin' -e d12 -b 4 -t 1024 --steps 50 --dtype bfloat16 \\
+        --tf32 --compile --flash --fused-adamw --json-summary torch.json
+Training prints 'step N/M | loss L | norm G | lr X | ms D | tok/s R' per step and a summary with
+the median step time over the steps after --warmup-skip."""
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = p.add_argument_group("model")
+    m.add_argument("-e", "--preset", choices=sorted(PRESETS),
+                   help="GPT-2 shape: d12/d24/d36/d48 = 124M/350M/774M/1558M (block 1024, V 50257)")
+    m.add_argument("--n-layer", type=int, help="layers L (overrides the preset)")
+    m.add_argument("--n-head", type=int, help="attention heads NH")
+    m.add_argument("--n-embd", type=int, help="channels C (a multiple of NH)")
+    m.add_argument("--vocab-size", type=int, help="vocabulary V (default 50257)")
+    m.add_argument("--block-size", type=int, help="max sequence length maxT (default 1024)")
+    m.add_argument("--hf-dir", help="load weights and shape from a local HF GPT-2 directory")
+    m.add_argument("--seed", type=int, default=42, help="seed of init, random batch, shards (42)")
+    m.add_argument("--random-biases", action="store_true",
+                   help="biases ~N(0,0.02), LN weights 1+N(0,0.1), LN biases ~N(0,0.02)")
+    m.add_argument("--flash", action="store_true",
+                   help="attention via F.scaled_dot_product_attention when this torch has it")
+    m.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    w = p.add_argument_group("files")
+    w.add_argument("--write-model", metavar="PATH", help="write the model file")
+    w.add_argument("--model-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="model file params: float32 (version 3) or bfloat16 (version 5)")
+    w.add_argument("--write-state", metavar="PATH", help="write the debug state for one batch")
+    w.add_argument("--dump-steps", type=int, default=10, help="losses in the trailer (10)")
+    w.add_argument("--write-tokenizer", metavar="PATH", help="write the tokenizer file")
+    w.add_argument("--encoder-dir", help="dir with encoder.json + vocab.bpe (or HF names)")
+    w.add_argument("--tokenize", metavar="FILE", help="BPE-encode a UTF-8 text file to shards")
+    w.add_argument("--out-dir", help="where --tokenize writes its shards")
+    w.add_argument("--doc-sep", help="split the text into documents at this string")
+    w.add_argument("--val-fraction", type=float, default=0.1, help="val share of tokens (0.1)")
+    w.add_argument("--prefix", help="shard name prefix (file name / 'random')")
+    w.add_argument("--random-shards", metavar="DIR", help="write shards of random token ids")
+    w.add_argument("--num-tokens", type=int, help="train tokens of --random-shards")
+    t = p.add_argument_group("training (also the AdamW of the debug state)")
+    t.add_argument("-i", "--input", metavar="GLOB", help="train shards (also the state's batch)")
+    t.add_argument("-j", "--val-input", metavar="GLOB", help="val shards")
+    t.add_argument("-b", "--batch-size", type=int, default=4, help="micro-batch B (4)")
+    t.add_argument("-t", "--seq-len", type=int, default=64, help="sequence length T (64)")
+    t.add_argument("-d", "--total-batch", type=int, help="tokens per step (default B*T)")
+    t.add_argument("-x", "--steps", type=int, help="optimizer steps (20; 0 when writing files)")
+    t.add_argument("-l", "--lr", type=float, default=1e-4, help="peak learning rate (1e-4)")
+    t.add_argument("-u", "--warmup", type=int, default=0, help="linear warmup steps (0)")
+    t.add_argument("-c", "--weight-decay", type=float, default=0.01, help="2-D weights (0.01)")
+    t.add_argument("-g", "--grad-clip", type=float, default=1.0, help="norm clip, 0 = off (1.0)")
+    t.add_argument("--beta1", type=float, default=0.9)
+    t.add_argument("--beta2", type=float, default=0.95)
+    t.add_argument("--eps", type=float, default=1e-8)
+    t.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="training compute: bfloat16 = torch.autocast (the state is always fp32)")
+    t.add_argument("--tf32", action="store_true", help="TF32 matmuls in training")
+    t.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2)")
+    t.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) if available")
+    t.add_argument("--val-every", type=int, default=0, help="validate every N steps (0 = end)")
+    t.add_argument("--val-batches", type=int, default=20, help="batches per validation (20)")
+    t.add_argument("--warmup-skip", type=int, default=5, help="steps left out of the timing (5)")
+    t.add_argument("--json-summary", metavar="PATH", help="write the benchmark summary as JSON")
+    return p, p.parse_args(argv)
+
+
+def resolve_config(args):
+    if args.hf_dir:
+        return None  # the checkpoint's config.json decides
+    base = dict(zip(("n_layer", "n_head", "n_embd"), PRESETS[args.preset or "d12"]))
+    base.update(vocab_size=50257, block_size=1024)
+    for k in base:
+        if getattr(args, k) is not None:
+            base[k] = getattr(args, k)
+    return base
+
+
+def check_config(cfg):
+    for k, v in cfg.items():
+        if k != "name" and (not isinstance(v, int) or v <= 0):
+            fail(f"--{k.replace('_', '-')} must be a positive integer, got {v}")
+    if cfg["n_embd"] % cfg["n_head"]:
+        fail(f"--n-embd {cfg['n_embd']} must be a multiple of --n-head {cfg['n_head']}")
+
+
+def check_batch(args, cfg, training):
+    B, T = args.batch_size, args.seq_len
+    if B <= 0 or T <= 0:
+        fail(f"-b and -t must be positive, got B={B}, T={T}")
+    if T > cfg["block_size"]:
+        fail(f"-t {T} is longer than the block size {cfg['block_size']}; use -t <= block size")
+    if args.dump_steps < 1:
+        fail(f"--dump-steps must be at least 1, got {args.dump_steps}")
+    if args.total_batch is None:
+        args.total_batch = B * T
+    if args.total_batch <= 0 or args.total_batch % (B * T):
+        fail(f"--total-batch {args.total_batch} must be a positive multiple of B*T = {B * T}")
+    if training and (args.steps < 1 or args.val_batches < 1 or args.val_every < 0
+                     or args.warmup < 0 or args.warmup_skip < 0):
+        fail("--steps and --val-batches must be >= 1; --val-every, --warmup, --warmup-skip >= 0")
+    if args.lr < 0 or args.weight_decay < 0 or args.grad_clip < 0 or args.eps <= 0 or not (
+            0 <= args.beta1 < 1 and 0 <= args.beta2 < 1):
+        fail("AdamW needs lr, weight decay, grad clip >= 0, eps > 0 and betas in [0, 1)")
+
+
+def main(argv):
+    parser, args = parse_args(argv)
+    util = args.tokenize or args.write_tokenizer or args.random_shards
+    writes = args.write_model or args.write_state
+    if not (util or writes or args.input):
+        parser.print_help()
+        fail("nothing to do: give a mode (see the examples above)")
+    if args.write_tokenizer:
+        write_tokenizer(args.write_tokenizer, args.encoder_dir)
+    if args.tokenize:
+        tokenize_file(args)
+    if args.random_shards:
+        cfg = resolve_config(args) or {"vocab_size": 50257}
+        random_shards(args, cfg["vocab_size"])
+    if not (writes or args.input):
+        return
+    if args.steps is None:
+        args.steps = 0 if writes else 20
+    if args.steps < 0:
+        fail(f"--steps must be >= 0, got {args.steps}")
+    if args.write_state:  # cuBLAS needs this before its first call to be deterministic
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    try:
+        import torch
+    except ImportError:
+        fail(f"this mode needs PyTorch, which {sys.executable} cannot import")
+    dev_name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", dev_name):
+        fail(f"--device must be cpu, cuda or cuda:N, got '{dev_name}'")
+    device = torch.device(dev_name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda was asked for, but this torch sees no CUDA device")
+    state = None
+    if args.hf_dir:
+        if not os.path.isdir(args.hf_dir):
+            fail(f"--hf-dir {args.hf_dir} is not a directory")
+        cfg, state = load_hf(args.hf_dir)
+    else:
+        cfg = resolve_config(args)
+    check_config(cfg)
+    cfg["name"] = args.preset if args.preset and not args.hf_dir else (
+        "hf" if args.hf_dir else "L{n_layer}-NH{n_head}-C{n_embd}-V{vocab_size}".format(**cfg))
+    check_batch(args, cfg, training=args.input is not None and args.steps > 0)
+    for path in (args.input, args.val_input):
+        if path and not glob.glob(path):
+            fail(f"no file matches the shard pattern '{path}'")
+    model = build_model_classes()(cfg, args.flash)
+    if args.flash and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        print("note: no scaled_dot_product_attention in this torch; --flash uses the masked softmax")
+    init_weights(model, args.seed, args.random_biases)
+    if state is not None:
+        model.load_state_dict(state)
+    model.to(device)
+    print(f"model {cfg['name']}: {sum(p.numel() for p in model.parameters())} parameters "
+          f"on {device}")
+    initial = None
+    if args.write_state and args.input and args.steps > 0:
+        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if args.write_model:
+        write_model(args.write_model, model, args.model_dtype)
+    if args.write_state:
+        B, T = args.batch_size, args.seq_len
+        if args.input:
+            x, y = ShardLoader(args.input, B, T, cfg["vocab_size"]).next_batch()
+        else:
+            toks = np.random.RandomState(args.seed).randint(0, cfg["vocab_size"], B * T + 1)
+            x, y = toks[:-1].reshape(B, T), toks[1:].reshape(B, T)
+        x, y = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (x, y))
+        write_state(args.write_state, model, x, y, args)
+        if initial is not None:  # training starts from the initial weights again
+            model.load_state_dict(initial)
+    if args.input and args.steps > 0:
+        train(args, model, cfg, device)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
