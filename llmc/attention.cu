@@ -1,8 +1,9 @@
 // attention.cu: causal multi-head self-attention through batched cuBLASLt GEMMs.
 //
 // Shapes: qkv (B, T, 3C), out (B, T, C), lse (B, NH, T) float, HS = C / NH, scale = 1/sqrt(HS).
-// Head-major copies Q, K, V, O, dO are (B*NH, T, HS); S, P, dP, dS are (B*NH, T, T) with rows
-// padded to ldS = round_up(T, 8) elements.
+// The GEMMs read q, k, v straight out of qkv (row stride 3C) and write out / dqkv in place, so
+// no head-major copies are made. S, P, dP, dS are (B*NH, T, T) with rows padded to
+// ldS = round_up(T, 8) elements.
 //   forward : S = scale Q K^T;  lse_t = log sum_{s<=t} exp(S_ts);  P_ts = exp(S_ts - lse_t) for
 //             s <= t, 0 above the diagonal;  O = P V;  out = O in (B, T, C).  out and lse are
 //             overwritten.
@@ -12,11 +13,9 @@
 // Sums (softmax statistics, D) are in float; the GEMMs accumulate in float. In the bf16 build S,
 // P, dP and dS are stored in bf16 between the GEMMs.
 //
-// Scratch (attention_scratch_bytes), each region starting on a 256-byte boundary:
-//   4 head-major buffers of B*T*C floatX    Q|dQ, K, V|dV, O|dO (backward reuses slots in place)
-//   2 score areas of B*NH*T*ldS floatX      S|P and dP|dS (forward uses only the first)
-//   bytes ~= sizeof(floatX) * (4*B*T*C + 2*B*NH*T*round_up(T, 8))
-// For B=4, T=1024, C=768, NH=12 in fp32: 4*12.6 MB + 2*201 MB = 453 MB.
+// Scratch (attention_scratch_bytes): 2 score areas of B*NH*T*ldS floatX, S|P and dP|dS (the
+// forward uses only the first), each on a 256-byte boundary: for B=4, T=1024, NH=12 in fp32,
+// 2 * 201 MB. Each GEMM is issued as min(B, NH) strided-batched calls (AttentionBatch).
 // Preconditions: C % NH == 0, scratch 256-byte aligned (cudaMalloc gives that).
 // The GEMMs compute the full T x T products (half of it masked); the elementwise kernels skip
 // the s > t half except for writing its zeros.
@@ -32,19 +31,11 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kRowsPerBlock = 8;  // one warp per score row, 8 warps per block
-constexpr int kElementwiseThreads = 256;
 constexpr size_t kScratchAlign = 256;  // the base alignment cuBLASLt's heuristics assume
-
-// Up to three head-major buffers; part p of a (B, T, parts*C) tensor maps to ptr[p].
-struct HeadMajorParts {
-    floatX* ptr[3];
-};
 
 struct ScratchLayout {
     int ldS;            // padded row stride of the score areas, in elements
-    size_t head_elems;  // elements of one head-major buffer, B*T*C
     size_t att_elems;   // elements of one score area, B*NH*T*ldS
-    size_t head_offset[4];
     size_t att_offset[2];
     size_t total_bytes;
 };
@@ -56,19 +47,37 @@ ScratchLayout scratch_layout(int B, int T, int C, int NH) {
     // Rows of 8 elements keep every score row 16-byte aligned in fp32 and bf16 alike, so
     // cuBLASLt can pick its vectorized kernels even for awkward T.
     L.ldS = (int)round_up((size_t)T, 8);
-    L.head_elems = (size_t)B * T * C;
     L.att_elems = (size_t)B * NH * T * L.ldS;
     size_t offset = 0;
-    for (int i = 0; i < 4; i++) {
-        L.head_offset[i] = offset;
-        offset += round_up(L.head_elems * sizeof(floatX), kScratchAlign);
-    }
     for (int i = 0; i < 2; i++) {
         L.att_offset[i] = offset;
         offset += round_up(L.att_elems * sizeof(floatX), kScratchAlign);
     }
     L.total_bytes = offset;
     return L;
+}
+
+// The (b, h) pairs are covered by `outer` GEMM calls of `batch` matrices each: a strided batch
+// can walk only one of b and h, so the loop takes the smaller of the two and the batch the
+// other. Offsets in elements: qkv-like tensors (row stride 3C), out-like (row stride C), and
+// the score areas.
+struct AttentionBatch {
+    int outer, batch;
+    long long qkv_outer, qkv_batch;  // step of (b or h) in a (B, T, 3C) tensor
+    long long out_outer, out_batch;  // step in a (B, T, C) tensor
+    long long att_outer, att_batch;  // step in a (B*NH, T, ldS) score area
+};
+
+AttentionBatch attention_batch(int B, int T, int C, int NH, int ldS) {
+    const int HS = C / NH;
+    const long long att_head = (long long)T * ldS;
+    AttentionBatch ab;
+    if (B <= NH) {  // loop over b, batch over heads
+        ab = {B, NH, (long long)T * 3 * C, HS, (long long)T * C, HS, NH * att_head, att_head};
+    } else {  // loop over h, batch over b
+        ab = {NH, B, HS, (long long)T * 3 * C, HS, (long long)T * C, att_head, NH * att_head};
+    }
+    return ab;
 }
 
 floatX* region(void* scratch, size_t offset) {
@@ -87,45 +96,6 @@ __device__ __forceinline__ float warp_max(float x) {
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
     }
     return x;
-}
-
-// dst.ptr[p][b, h, t, d] = src[b, t, p*C + h*HS + d] for p < parts. One thread per element of
-// the destination; consecutive threads walk d, so reads and writes are coalesced within a head.
-__global__ void split_heads_kernel(HeadMajorParts dst,              // parts x (B, NH, T, HS)
-                                   const floatX* __restrict__ src,  // (B, T, parts*C)
-                                   int parts, int B, int T, int NH, int HS) {
-    const long long per_part = (long long)B * NH * T * HS;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= parts * per_part) {
-        return;
-    }
-    const int p = (int)(i / per_part);
-    const long long j = i % per_part;
-    const int d = (int)(j % HS);
-    const int t = (int)((j / HS) % T);
-    const int h = (int)((j / ((long long)HS * T)) % NH);
-    const int b = (int)(j / ((long long)HS * T * NH));
-    const int C = NH * HS;
-    dst.ptr[p][j] = src[((long long)b * T + t) * parts * C + (long long)p * C + h * HS + d];
-}
-
-// dst[b, t, p*C + h*HS + d] = src.ptr[p][b, h, t, d]. One thread per element of the destination.
-__global__ void merge_heads_kernel(floatX* __restrict__ dst,  // (B, T, parts*C)
-                                   HeadMajorParts src,        // parts x (B, NH, T, HS)
-                                   int parts, int B, int T, int NH, int HS) {
-    const int C = NH * HS;
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)B * T * parts * C) {
-        return;
-    }
-    const int channel = (int)(i % (parts * C));
-    const long long bt = i / (parts * C);
-    const int p = channel / C;
-    const int h = (channel % C) / HS;
-    const int d = channel % HS;
-    const int t = (int)(bt % T);
-    const int b = (int)(bt / T);
-    dst[i] = src.ptr[p][(((long long)b * NH + h) * T + t) * HS + d];
 }
 
 // Row softmax over the causal part of S, in place: one warp per row (bh, t). Each lane keeps a
@@ -220,22 +190,6 @@ void check_sizes(const char* op, const void* scratch, int B, int T, int C, int N
 
 int grid_for(long long n, int threads) { return (int)((n + threads - 1) / threads); }
 
-void launch_split_heads(const Context& ctx, HeadMajorParts dst, const floatX* src, int parts, int B,
-                        int T, int NH, int HS) {
-    const long long n = (long long)parts * B * T * NH * HS;
-    split_heads_kernel<<<grid_for(n, kElementwiseThreads), kElementwiseThreads, 0, ctx.stream>>>(
-        dst, src, parts, B, T, NH, HS);
-    CUDA_CHECK_LAST();
-}
-
-void launch_merge_heads(const Context& ctx, floatX* dst, HeadMajorParts src, int parts, int B,
-                        int T, int NH, int HS) {
-    const long long n = (long long)parts * B * T * NH * HS;
-    merge_heads_kernel<<<grid_for(n, kElementwiseThreads), kElementwiseThreads, 0, ctx.stream>>>(
-        dst, src, parts, B, T, NH, HS);
-    CUDA_CHECK_LAST();
-}
-
 }  // namespace
 
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
@@ -246,30 +200,28 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
                        const floatX* qkv, int B, int T, int C, int NH) {
     NvtxRange range("attention_forward");
     check_sizes("attention_forward", scratch, B, T, C, NH);
-    const int HS = C / NH;
-    const int BNH = B * NH;
+    const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const ScratchLayout L = scratch_layout(B, T, C, NH);
-    floatX* q = region(scratch, L.head_offset[0]);
-    floatX* k = region(scratch, L.head_offset[1]);
-    floatX* v = region(scratch, L.head_offset[2]);
-    floatX* o = region(scratch, L.head_offset[3]);
+    const AttentionBatch ab = attention_batch(B, T, C, NH, L.ldS);
     floatX* att = region(scratch, L.att_offset[0]);
-    const long long head_stride = (long long)T * HS;
-    const long long att_stride = (long long)T * L.ldS;
-
-    launch_split_heads(ctx, HeadMajorParts{{q, k, v}}, qkv, 3, B, T, NH, HS);
-    // S = scale * Q K^T: K is stored (T, HS), i.e. op(B) = K^T via trans_b.
-    matmul_strided_batched(ctx, att, q, k, T, T, HS, false, true, HS, HS, L.ldS, head_stride,
-                           head_stride, att_stride, BNH, scale, 0.0f);
-    const int rows = BNH * T;
+    for (int o = 0; o < ab.outer; o++) {
+        const floatX* q = qkv + o * ab.qkv_outer;
+        floatX* a = att + o * ab.att_outer;
+        // S = scale * Q K^T: K rows are (T, HS) with row stride 3C, op(B) = K^T via trans_b.
+        matmul_strided_batched(ctx, a, q, q + C, T, T, HS, false, true, C3, C3, L.ldS,
+                               ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale, 0.0f);
+    }
+    const int rows = B * NH * T;
     causal_softmax_forward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
                                     ctx.stream>>>(att, lse, rows, T, L.ldS);
     CUDA_CHECK_LAST();
-    // O = P V
-    matmul_strided_batched(ctx, o, att, v, T, HS, T, false, false, L.ldS, HS, HS, att_stride,
-                           head_stride, head_stride, BNH, 1.0f, 0.0f);
-    launch_merge_heads(ctx, out, HeadMajorParts{{o, nullptr, nullptr}}, 1, B, T, NH, HS);
+    for (int o = 0; o < ab.outer; o++) {
+        // O = P V, written straight into out (row stride C).
+        matmul_strided_batched(ctx, out + o * ab.out_outer, att + o * ab.att_outer,
+                               qkv + o * ab.qkv_outer + 2 * C, T, HS, T, false, false, L.ldS, C3, C,
+                               ab.att_batch, ab.qkv_batch, ab.out_batch, ab.batch, 1.0f, 0.0f);
+    }
 }
 
 void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
@@ -277,41 +229,42 @@ void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
                         int NH) {
     NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
-    const int HS = C / NH;
-    const int BNH = B * NH;
+    const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const ScratchLayout L = scratch_layout(B, T, C, NH);
-    // Slots are reused once their input is dead: dV overwrites V (last read by dP), dK
-    // overwrites dO (last read by dV), dQ overwrites Q (last read by dK).
-    floatX* q_dq = region(scratch, L.head_offset[0]);
-    floatX* k = region(scratch, L.head_offset[1]);
-    floatX* v_dv = region(scratch, L.head_offset[2]);
-    floatX* do_dk = region(scratch, L.head_offset[3]);
+    const AttentionBatch ab = attention_batch(B, T, C, NH, L.ldS);
     floatX* att = region(scratch, L.att_offset[0]);
     floatX* datt = region(scratch, L.att_offset[1]);
-    const long long head_stride = (long long)T * HS;
-    const long long att_stride = (long long)T * L.ldS;
-
-    launch_split_heads(ctx, HeadMajorParts{{q_dq, k, v_dv}}, qkv, 3, B, T, NH, HS);
-    launch_split_heads(ctx, HeadMajorParts{{do_dk, nullptr, nullptr}}, dout, 1, B, T, NH, HS);
-    // S = scale * Q K^T (recomputed with the forward's exact GEMM) and dP = dO V^T.
-    matmul_strided_batched(ctx, att, q_dq, k, T, T, HS, false, true, HS, HS, L.ldS, head_stride,
-                           head_stride, att_stride, BNH, scale, 0.0f);
-    matmul_strided_batched(ctx, datt, do_dk, v_dv, T, T, HS, false, true, HS, HS, L.ldS,
-                           head_stride, head_stride, att_stride, BNH, 1.0f, 0.0f);
-    const int rows = BNH * T;
+    for (int o = 0; o < ab.outer; o++) {
+        const floatX* q = qkv + o * ab.qkv_outer;
+        const floatX* d_o = dout + o * ab.out_outer;
+        // S = scale * Q K^T (recomputed with the forward's exact GEMM) and dP = dO V^T.
+        matmul_strided_batched(ctx, att + o * ab.att_outer, q, q + C, T, T, HS, false, true, C3,
+                               C3, L.ldS, ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale,
+                               0.0f);
+        matmul_strided_batched(ctx, datt + o * ab.att_outer, d_o, q + 2 * C, T, T, HS, false, true,
+                               C, C3, L.ldS, ab.out_batch, ab.qkv_batch, ab.att_batch, ab.batch,
+                               1.0f, 0.0f);
+    }
+    const int rows = B * NH * T;
     causal_softmax_backward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
                                      ctx.stream>>>(att, datt, lse, dout, out, rows, T, NH, HS,
                                                    L.ldS);
     CUDA_CHECK_LAST();
-    // dV = P^T dO: P is stored (t, s), op(A) = P^T via trans_a.
-    matmul_strided_batched(ctx, v_dv, att, do_dk, T, HS, T, true, false, L.ldS, HS, HS, att_stride,
-                           head_stride, head_stride, BNH, 1.0f, 0.0f);
-    // dK = scale * dS^T Q
-    matmul_strided_batched(ctx, do_dk, datt, q_dq, T, HS, T, true, false, L.ldS, HS, HS, att_stride,
-                           head_stride, head_stride, BNH, scale, 0.0f);
-    // dQ = scale * dS K
-    matmul_strided_batched(ctx, q_dq, datt, k, T, HS, T, false, false, L.ldS, HS, HS, att_stride,
-                           head_stride, head_stride, BNH, scale, 0.0f);
-    launch_merge_heads(ctx, dqkv, HeadMajorParts{{q_dq, do_dk, v_dv}}, 3, B, T, NH, HS);
+    for (int o = 0; o < ab.outer; o++) {
+        const floatX* q = qkv + o * ab.qkv_outer;
+        const floatX* d_o = dout + o * ab.out_outer;
+        floatX* dq = dqkv + o * ab.qkv_outer;
+        const floatX* p = att + o * ab.att_outer;
+        const floatX* ds = datt + o * ab.att_outer;
+        // dV = P^T dO: P is stored (t, s), op(A) = P^T via trans_a.
+        matmul_strided_batched(ctx, dq + 2 * C, p, d_o, T, HS, T, true, false, L.ldS, C, C3,
+                               ab.att_batch, ab.out_batch, ab.qkv_batch, ab.batch, 1.0f, 0.0f);
+        // dK = scale * dS^T Q
+        matmul_strided_batched(ctx, dq + C, ds, q, T, HS, T, true, false, L.ldS, C3, C3,
+                               ab.att_batch, ab.qkv_batch, ab.qkv_batch, ab.batch, scale, 0.0f);
+        // dQ = scale * dS K
+        matmul_strided_batched(ctx, dq, ds, q + C, T, HS, T, false, false, L.ldS, C3, C3,
+                               ab.att_batch, ab.qkv_batch, ab.qkv_batch, ab.batch, scale, 0.0f);
+    }
 }

@@ -49,7 +49,7 @@ struct MaxSum {
     float s;
 };
 
-// Folds the values x[0..n) into a (all finite, or m becomes -inf only while nothing was added).
+// Adds the values x[0..n) to a: rescales s once if they raise the max, then one exp each.
 template <int n>
 __device__ __forceinline__ void add_values(MaxSum& a, const float (&x)[n]) {
     float block_max = x[0];
@@ -130,7 +130,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const MaxSum total = row_result;
     if (threadIdx.x == 0) {
-        losses[row] = target_ok ? logf(total.s) + total.m - target_logit : NAN;
+        // m - x[target] first: both are logits, so the difference loses nothing to their size.
+        losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
     }
     if (!write_dlogits) { return; }
 

@@ -40,7 +40,7 @@ fi
 
 D=build/device_data
 mkdir -p "$D"
-SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77 --random-biases --seed 1234)
+SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77 --random-biases --seed 1234 -l 1e-3 -c 0.1)
 step dump_small "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu --write-model "$D/small_model.bin" --write-state "$D/small_state.bin"
 for t in build/fp32/dev/test_*; do
     [[ "$t" == *.o ]] || step "$(basename "$t")" "$t"

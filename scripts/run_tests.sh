@@ -39,7 +39,7 @@ run cli_checks bash scripts/test_cli.sh
 
 # --- CPU reference against PyTorch ----------------------------------------------------------
 SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77
-       --random-biases --seed 1234)
+       --random-biases --seed 1234 -l 1e-3 -c 0.1)
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"

@@ -1,0 +1,162 @@
+// test_classifier.cu: fused_classifier and loss_accumulate against the CPU reference
+// (cpu::crossentropy_forward_backward and a double sum).
+//
+// Shapes: GPT-2 (N=4096, V=50257, Vp=50304), N=77 with V=1000, Vp=1024, N=33 with V=999,
+// Vp=1003 (odd Vp: the one-element path), and N=3 with V=5, Vp=8 (most threads see no column).
+// The padded columns hold NaN on input: they must not reach the loss and must come back 0.
+// One row is shifted by +100 (exp would overflow without the max); targets include 0 and V-1.
+// The GPT-2 case runs twice: losses and dlogits must be bitwise identical; write_dlogits=false
+// must leave the logits untouched.
+#include <cmath>
+#include <vector>
+
+#include "classifier.cuh"
+#include "context.cuh"
+#include "cpu_ops.h"
+#include "test_util.cuh"
+
+namespace {
+
+// losses: log(s) + (m - x_target) with s a float sum of <= 50257 terms in per-thread runs of
+// <= ~100 and then a 9-level tree: relative error of s ~1e-6, so ~1e-6 absolute on the loss.
+// Float in both builds, from the same floatX logits.
+constexpr float kLossAtol = 1e-5f;
+constexpr float kLossRtol = 1e-5f;
+// dlogits = (p - onehot) * dloss: p carries the ~1e-6 relative error of s plus ~2 ulp of expf,
+// so its absolute error is <= ~2e-6 for p <= 1 (this bounds the cancellation in p - 1).
+constexpr float kDlogitsAtolPerDloss = 5e-6f;
+#if defined(ENABLE_BF16)
+// dlogits are rounded once to bf16 (half an ulp, kBf16RoundingRel); 2x that.
+constexpr float kDlogitsRtol = 2 * kBf16RoundingRel;
+#else
+constexpr float kDlogitsRtol = 1e-5f;
+#endif
+// loss_accumulate: a float sum of N <= 4096 positive losses in runs of <= 4, then a 10-level
+// tree, scaled and added: at most ~16 roundings of 6e-8 each, 1e-6; 2x that.
+constexpr float kLossSumRtol = 2e-6f;
+
+struct Shape {
+    const char* name;
+    int N, V, Vp;
+    float dloss;
+};
+
+struct Data {
+    std::vector<float> logits;  // (N, Vp), NaN in the padded columns
+    std::vector<int> targets;
+};
+
+Data make_data(const Shape& s, uint64_t seed) {
+    Rng rng(seed);
+    Data d;
+    d.logits.resize((size_t)s.N * s.Vp);
+    d.targets.resize(s.N);
+    for (int n = 0; n < s.N; n++) {
+        float* row = d.logits.data() + (size_t)n * s.Vp;
+        const float shift = n == 1 ? 100.0f : 0.0f;
+        for (int v = 0; v < s.V; v++) row[v] = shift + 2.0f * rng.normal();
+        for (int v = s.V; v < s.Vp; v++) row[v] = NAN;
+        d.targets[n] = rng.randint(s.V);
+    }
+    d.targets[0] = 0;
+    d.targets[s.N - 1] = s.V - 1;
+    round_to_floatx(d.logits);
+    return d;
+}
+
+// The columns [V, Vp) of every row.
+std::vector<float> padded_columns(const std::vector<float>& x, const Shape& s) {
+    std::vector<float> pad;
+    pad.reserve((size_t)s.N * (s.Vp - s.V));
+    for (int n = 0; n < s.N; n++) {
+        for (int v = s.V; v < s.Vp; v++) pad.push_back(x[(size_t)n * s.Vp + v]);
+    }
+    return pad;
+}
+
+struct RunBytes {
+    std::vector<unsigned char> logits, losses;
+};
+
+RunBytes run_classifier(const Context& ctx, const Shape& s, const Data& d, floatX* logits,
+                        float* losses, const int* targets, bool write_dlogits) {
+    upload(logits, d.logits);
+    poison(losses, s.N);
+    fused_classifier(ctx, logits, losses, targets, s.dloss, s.N, s.V, s.Vp, write_dlogits);
+    return {download_bytes(logits, d.logits.size() * sizeof(floatX)),
+            download_bytes(losses, s.N * sizeof(float))};
+}
+
+// loss_accumulate over the GPU losses, into a loss that already holds 0.25; twice, bitwise.
+void test_loss_accumulate(const Context& ctx, const Shape& s, const float* losses) {
+    const std::vector<float> host_losses = download(losses, s.N);
+    const float scale = 1.0f / (float)s.N;
+    double sum = 0.0;
+    for (float x : host_losses) sum += x;
+    const std::vector<float> ref = {(float)(0.25 + sum * scale)};
+    DeviceBuffer<float> loss(1);
+    std::vector<unsigned char> runs[2];
+    for (std::vector<unsigned char>& bytes : runs) {
+        upload(loss.get(), std::vector<float>{0.25f});
+        loss_accumulate(ctx, loss.get(), losses, s.N, scale);
+        bytes = download_bytes(loss.get(), sizeof(float));
+    }
+    check_close("loss_accumulate", download(loss.get(), 1), ref, 0.0f, kLossSumRtol);
+    check_bitwise_equal("loss_accumulate run-to-run", runs[0], runs[1]);
+}
+
+void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_determinism) {
+    std::printf("%s: N=%d V=%d Vp=%d dloss=%g\n", s.name, s.N, s.V, s.Vp, s.dloss);
+    const Data d = make_data(s, seed);
+    const size_t NV = (size_t)s.N * s.Vp;
+    DeviceBuffer<floatX> logits(NV);
+    DeviceBuffer<float> losses(s.N);
+    DeviceBuffer<int> targets(s.N);
+    upload(targets.get(), d.targets);
+
+    std::vector<float> ref_dlogits(NV), ref_losses(s.N);
+    cpu::crossentropy_forward_backward(ref_dlogits.data(), ref_losses.data(), d.logits.data(),
+                                       d.targets.data(), s.N, s.V, s.Vp, s.dloss);
+
+    const RunBytes first =
+        run_classifier(ctx, s, d, logits.get(), losses.get(), targets.get(), true);
+    const std::vector<float> dlogits = download(logits.get(), NV);
+    check_close("fused_classifier losses", download(losses.get(), s.N), ref_losses, kLossAtol,
+                kLossRtol);
+    check_close("fused_classifier dlogits", dlogits, ref_dlogits,
+                kDlogitsAtolPerDloss * std::fabs(s.dloss), kDlogitsRtol);
+    if (s.Vp > s.V) {
+        check_close("fused_classifier padded dlogits == 0", padded_columns(dlogits, s),
+                    padded_columns(ref_dlogits, s), 0.0f, 0.0f);
+    }
+    test_loss_accumulate(ctx, s, losses.get());
+    if (test_determinism) {
+        const RunBytes second =
+            run_classifier(ctx, s, d, logits.get(), losses.get(), targets.get(), true);
+        check_bitwise_equal("fused_classifier losses run-to-run", first.losses, second.losses);
+        check_bitwise_equal("fused_classifier dlogits run-to-run", first.logits, second.logits);
+    }
+
+    // Loss only: same losses, logits left exactly as uploaded.
+    const RunBytes loss_only =
+        run_classifier(ctx, s, d, logits.get(), losses.get(), targets.get(), false);
+    check_close("fused_classifier losses (no dlogits)", download(losses.get(), s.N), ref_losses,
+                kLossAtol, kLossRtol);
+    upload(logits.get(), d.logits);
+    check_bitwise_equal("fused_classifier logits untouched (no dlogits)", loss_only.logits,
+                        download_bytes(logits.get(), NV * sizeof(floatX)));
+}
+
+}  // namespace
+
+int main() {
+    skip_if_no_device();
+    Context ctx;
+    context_init(&ctx, 0, /*tf32=*/false);
+    std::printf("test_classifier (%s)\n", kPrecisionName);
+    test_shape(ctx, {"gpt2", 4096, 50257, 50304, 1.0f / 4096.0f}, 1, /*test_determinism=*/true);
+    test_shape(ctx, {"small", 77, 1000, 1024, 1.0f}, 2, false);
+    test_shape(ctx, {"odd Vp (one-element path)", 33, 999, 1003, 0.5f}, 3, true);
+    test_shape(ctx, {"tiny V", 3, 5, 8, 1.0f}, 4, false);
+    return test_summary("test_classifier");
+}

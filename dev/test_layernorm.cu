@@ -1,0 +1,196 @@
+// test_layernorm.cu: layernorm forward, fused residual + layernorm forward and layernorm
+// backward against the CPU reference (cpu_ops.h).
+//
+// Shapes: GPT-2 (N=4096, C=768), small and odd ones (N=77 with C=128 and C=96; N=33, C=13,
+// which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block).
+// Inputs have a mean of 2, so a one-pass variance would show. The backward starts from random
+// dinp, dweight, dbias (it accumulates) and is run twice with the scratch poisoned: results
+// must be bitwise identical.
+#include <vector>
+
+#include "context.cuh"
+#include "cpu_ops.h"
+#include "layernorm.cuh"
+#include "test_util.cuh"
+
+namespace {
+
+// Statistics are float sums of C <= 1600 values of size ~2, in per-lane runs of <= 50 then a
+// 5-level tree: relative error ~1e-7 typically, <= ~3e-6 in the worst case; 1e-5 leaves room.
+// mean and rstd are float in both builds and the inputs are the same floatX values.
+constexpr float kStatAtol = 1e-6f;
+constexpr float kStatRtol = 1e-5f;
+// out = (x - mean) * rstd * w + b, |out| <= ~6: the statistics' errors above times rstd*w.
+// dinp: per-row float sums of C terms, |dinp| <= ~10. dweight, dbias: float sums over N = 4096
+// rows of terms <= ~2 (|sum| ~ 40), in runs of <= ~33 then fixed trees: ~5e-6, 20x margin.
+constexpr float kOutAtol = 2e-5f;
+constexpr float kDinpAtol = 2e-5f;
+constexpr float kParamGradAtol = 1e-4f;
+#if defined(ENABLE_BF16)
+// Every floatX output is rounded once to bf16 (half an ulp, kBf16RoundingRel); 2x that.
+constexpr float kOutRtol = 2 * kBf16RoundingRel;
+#else
+constexpr float kOutRtol = 1e-5f;
+#endif
+
+struct Shape {
+    const char* name;
+    int N, C;
+};
+
+struct Data {
+    std::vector<float> inp, inp2, weight, bias, dout, dinp0, dweight0, dbias0;
+};
+
+Data make_data(const Shape& s, uint64_t seed) {
+    Rng rng(seed);
+    const size_t NC = (size_t)s.N * s.C;
+    Data d;
+    d.inp.resize(NC);
+    d.inp2.resize(NC);
+    d.dout.resize(NC);
+    d.dinp0.resize(NC);
+    d.weight.resize(s.C);
+    d.bias.resize(s.C);
+    d.dweight0.resize(s.C);
+    d.dbias0.resize(s.C);
+    fill_uniform(d.inp, rng, 1.0f, 3.0f);
+    fill_uniform(d.inp2, rng, -1.0f, 1.0f);
+    fill_uniform(d.weight, rng, 0.5f, 1.5f);
+    fill_uniform(d.bias, rng, -0.5f, 0.5f);
+    fill_uniform(d.dout, rng, -1.0f, 1.0f);
+    fill_uniform(d.dinp0, rng, -1.0f, 1.0f);
+    fill_uniform(d.dweight0, rng, -1.0f, 1.0f);
+    fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
+    for (std::vector<float>* v : {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0,
+                                  &d.dweight0, &d.dbias0}) {
+        round_to_floatx(*v);
+    }
+    return d;
+}
+
+struct Device {
+    DeviceBuffer<floatX> inp, inp2, residual, out, weight, bias, dout, dinp, dweight, dbias;
+    DeviceBuffer<float> mean, rstd;
+    DeviceBuffer<unsigned char> scratch;
+    Device(const Context& ctx, const Shape& s)
+        : inp((size_t)s.N * s.C), inp2((size_t)s.N * s.C), residual((size_t)s.N * s.C),
+          out((size_t)s.N * s.C), weight(s.C), bias(s.C), dout((size_t)s.N * s.C),
+          dinp((size_t)s.N * s.C), dweight(s.C), dbias(s.C), mean(s.N), rstd(s.N),
+          scratch(layernorm_backward_scratch_bytes(ctx, s.N, s.C)) {}
+};
+
+void poison_forward_outputs(Device& g) {
+    poison(g.out.get(), g.out.size());
+    poison(g.mean.get(), g.mean.size());
+    poison(g.rstd.get(), g.rstd.size());
+}
+
+void check_forward(const char* op, const Device& g, const std::vector<float>& out,
+                   const std::vector<float>& mean, const std::vector<float>& rstd) {
+    char name[96];
+    std::snprintf(name, sizeof(name), "%s out", op);
+    check_close(name, download(g.out.get(), g.out.size()), out, kOutAtol, kOutRtol);
+    std::snprintf(name, sizeof(name), "%s mean", op);
+    check_close(name, download(g.mean.get(), g.mean.size()), mean, kStatAtol, kStatRtol);
+    std::snprintf(name, sizeof(name), "%s rstd", op);
+    check_close(name, download(g.rstd.get(), g.rstd.size()), rstd, kStatAtol, kStatRtol);
+}
+
+// Plain and fused forward. Leaves the CPU statistics of inp in mean_ref / rstd_ref.
+void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
+                  std::vector<float>* mean_ref, std::vector<float>* rstd_ref) {
+    const size_t NC = (size_t)s.N * s.C;
+    std::vector<float> out(NC), mean(s.N), rstd(s.N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), d.inp.data(), d.weight.data(),
+                           d.bias.data(), s.N, s.C);
+    round_to_floatx(out);
+    poison_forward_outputs(g);
+    layernorm_forward(ctx, g.out.get(), g.mean.get(), g.rstd.get(), g.inp.get(), g.weight.get(),
+                      g.bias.get(), s.N, s.C);
+    check_forward("layernorm_forward", g, out, mean, rstd);
+    *mean_ref = mean;
+    *rstd_ref = rstd;
+
+    // The residual is one float add rounded once to floatX on both sides: exact.
+    std::vector<float> residual(NC);
+    cpu::residual_forward(residual.data(), d.inp.data(), d.inp2.data(), NC);
+    round_to_floatx(residual);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), residual.data(), d.weight.data(),
+                           d.bias.data(), s.N, s.C);
+    round_to_floatx(out);
+    poison_forward_outputs(g);
+    poison(g.residual.get(), g.residual.size());
+    fused_residual_layernorm_forward(ctx, g.residual.get(), g.out.get(), g.mean.get(),
+                                     g.rstd.get(), g.inp.get(), g.inp2.get(), g.weight.get(),
+                                     g.bias.get(), s.N, s.C);
+    check_close("fused_residual_layernorm residual", download(g.residual.get(), NC), residual,
+                0.0f, 0.0f);
+    check_forward("fused_residual_layernorm", g, out, mean, rstd);
+}
+
+// Restores the accumulated gradients, poisons the scratch, runs; returns the gradient bytes.
+std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, const Data& d,
+                                        Device& g) {
+    upload(g.dinp.get(), d.dinp0);
+    upload(g.dweight.get(), d.dweight0);
+    upload(g.dbias.get(), d.dbias0);
+    poison(g.scratch.get(), g.scratch.size());
+    layernorm_backward(ctx, g.dinp.get(), g.dweight.get(), g.dbias.get(), g.scratch.get(),
+                       g.dout.get(), g.inp.get(), g.weight.get(), g.mean.get(), g.rstd.get(), s.N,
+                       s.C);
+    std::vector<unsigned char> bytes = download_bytes(g.dinp.get(), g.dinp.size() * sizeof(floatX));
+    for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias}) {
+        const std::vector<unsigned char> more = download_bytes(b->get(), b->size() * sizeof(floatX));
+        bytes.insert(bytes.end(), more.begin(), more.end());
+    }
+    return bytes;
+}
+
+void test_backward(const Context& ctx, const Shape& s, const Data& d, Device& g,
+                   const std::vector<float>& mean, const std::vector<float>& rstd) {
+    // Both sides use the CPU statistics, so this checks the backward alone.
+    upload(g.mean.get(), mean);
+    upload(g.rstd.get(), rstd);
+    std::vector<float> dinp = d.dinp0, dweight = d.dweight0, dbias = d.dbias0;
+    cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), d.dout.data(),
+                            d.inp.data(), d.weight.data(), mean.data(), rstd.data(), s.N, s.C);
+    const std::vector<unsigned char> first = run_backward(ctx, s, d, g);
+    check_close("layernorm_backward dinp", download(g.dinp.get(), g.dinp.size()), dinp,
+                kDinpAtol, kOutRtol);
+    check_close("layernorm_backward dweight", download(g.dweight.get(), g.dweight.size()),
+                dweight, kParamGradAtol, kOutRtol);
+    check_close("layernorm_backward dbias", download(g.dbias.get(), g.dbias.size()), dbias,
+                kParamGradAtol, kOutRtol);
+    const std::vector<unsigned char> second = run_backward(ctx, s, d, g);
+    check_bitwise_equal("layernorm_backward run-to-run", first, second);
+}
+
+void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
+    std::printf("%s: N=%d C=%d\n", s.name, s.N, s.C);
+    const Data d = make_data(s, seed);
+    Device g(ctx, s);
+    upload(g.inp.get(), d.inp);
+    upload(g.inp2.get(), d.inp2);
+    upload(g.weight.get(), d.weight);
+    upload(g.bias.get(), d.bias);
+    upload(g.dout.get(), d.dout);
+    std::vector<float> mean, rstd;
+    test_forward(ctx, s, d, g, &mean, &rstd);
+    test_backward(ctx, s, d, g, mean, rstd);
+}
+
+}  // namespace
+
+int main() {
+    skip_if_no_device();
+    Context ctx;
+    context_init(&ctx, 0, /*tf32=*/false);
+    std::printf("test_layernorm (%s)\n", kPrecisionName);
+    test_shape(ctx, {"gpt2", 4096, 768}, 1);
+    test_shape(ctx, {"small", 77, 128}, 2);
+    test_shape(ctx, {"C96", 77, 96}, 3);
+    test_shape(ctx, {"odd C (one-element path)", 33, 13}, 4);
+    test_shape(ctx, {"gpt2-xl width", 5, 1600}, 5);
+    return test_summary("test_layernorm");
+}
