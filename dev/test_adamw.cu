@@ -80,7 +80,9 @@ State make_state(size_t total, bool use_master, Rng& rng) {
     fill_uniform(s.params, rng, -1.0f, 1.0f);
     fill_uniform(s.m, rng, -0.01f, 0.01f);
     fill_uniform(s.v, rng, 1e-4f, 1e-3f);
-    if (use_master) { s.master = s.params; }
+    if (use_master) {
+        s.master = s.params;
+    }
     round_to_floatx(s.params);
     return s;
 }
@@ -90,10 +92,9 @@ State reference_step(const State& s, const std::vector<float>& grads, const Adam
                      const Step& st, bool use_master) {
     State r = s;
     float* p = use_master ? r.master.data() : r.params.data();
-    const float scale =
-        st.grad_clip > 0.0f
-            ? std::fmin(1.0f, st.grad_clip / (std::sqrt(st.norm_squared) + 1e-6f))
-            : 1.0f;
+    const float scale = st.grad_clip > 0.0f
+                            ? std::fmin(1.0f, st.grad_clip / (std::sqrt(st.norm_squared) + 1e-6f))
+                            : 1.0f;
     for (int k = 0; k < t.count; k++) {
         const size_t off = t.offsets[k], n = t.offsets[k + 1] - off;
         cpu::adamw(p + off, r.m.data() + off, r.v.data() + off, grads.data() + off, n, st.lr,
@@ -109,8 +110,14 @@ struct Device {
     DeviceBuffer<AdamWStepValues> step_values;
     size_t offset;
     Device(size_t total, size_t offset)
-        : params(total + offset), grads(total + offset), master(total + offset),
-          m(total + offset), v(total + offset), norm(1), step_values(1), offset(offset) {}
+        : params(total + offset),
+          grads(total + offset),
+          master(total + offset),
+          m(total + offset),
+          v(total + offset),
+          norm(1),
+          step_values(1),
+          offset(offset) {}
 };
 
 // One step on the GPU from state s; returns the GPU's new state.
@@ -121,20 +128,24 @@ State gpu_step(const Context& ctx, Device& d, const State& s, const std::vector<
     upload(d.grads.get() + o, grads);
     upload(d.m.get() + o, s.m);
     upload(d.v.get() + o, s.v);
-    if (use_master) { upload(d.master.get() + o, s.master); }
+    if (use_master) {
+        upload(d.master.get() + o, s.master);
+    }
     upload(d.norm.get(), std::vector<float>{st.norm_squared});
     const AdamWStepValues values = {st.lr, st.t};
     CUDA_CHECK(cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
     AdamWHyper hyper = kHyper;
     hyper.grad_clip = st.grad_clip;
-    adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr,
-                 d.m.get() + o, d.v.get() + o, d.grads.get() + o, t, hyper, d.step_values.get(),
+    adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr, d.m.get() + o,
+                 d.v.get() + o, d.grads.get() + o, t, hyper, d.step_values.get(),
                  st.grad_clip > 0.0f ? d.norm.get() : nullptr);
     State r;
     r.params = download(d.params.get() + o, total);
     r.m = download(d.m.get() + o, total);
     r.v = download(d.v.get() + o, total);
-    if (use_master) { r.master = download(d.master.get() + o, total); }
+    if (use_master) {
+        r.master = download(d.master.get() + o, total);
+    }
     return r;
 }
 
@@ -185,8 +196,8 @@ int main() {
     const bool trainer_master = false;
 #endif
     // Clipping active (scale 1/2), then inactive (norm 0.5 < 1).
-    test_layout(ctx, gpt2_layout(), trainer_master, 0, {{1e-2f, 1, 1.0f, 4.0f}, {5e-3f, 2, 1.0f, 0.25f}},
-                1);
+    test_layout(ctx, gpt2_layout(), trainer_master, 0,
+                {{1e-2f, 1, 1.0f, 4.0f}, {5e-3f, 2, 1.0f, 0.25f}}, 1);
     const Layout small = {"small odd tensors", {13, 1, 777, 4099, 50}, {1, 0, 1, 0, 1}};
     // Inactive, off, active (scale 1/10).
     const std::vector<Step> steps = {

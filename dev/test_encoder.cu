@@ -113,14 +113,16 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_gra
     std::vector<float> ref_dwte = d.dwte0, ref_dwpe = d.dwpe0;
     cpu::encoder_backward(ref_dwte.data(), ref_dwpe.data(), d.dout.data(), d.inp.data(), s.B, s.T,
                           s.C);
-    const std::vector<unsigned char> first = run_backward(
-        ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(), inp.get(), false);
-    check_close("encoder_backward dwte", download(dwte.get(), dwte.size()), ref_dwte,
-                kBackwardAtol, kBackwardRtol);
+    const std::vector<unsigned char> first =
+        run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(),
+                     inp.get(), false);
+    check_close("encoder_backward dwte", download(dwte.get(), dwte.size()), ref_dwte, kBackwardAtol,
+                kBackwardRtol);
     check_close("encoder_backward dwpe (all maxT rows)", download(dwpe.get(), dwpe.size()),
                 ref_dwpe, kBackwardAtol, kBackwardRtol);
-    const std::vector<unsigned char> second = run_backward(
-        ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(), inp.get(), false);
+    const std::vector<unsigned char> second =
+        run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(),
+                     inp.get(), false);
     check_bitwise_equal("encoder_backward run-to-run", first, second);
     if (test_graph) {
         const std::vector<unsigned char> graphed =

@@ -62,8 +62,8 @@ Data make_data(const Shape& s, uint64_t seed) {
     fill_uniform(d.dinp0, rng, -1.0f, 1.0f);
     fill_uniform(d.dweight0, rng, -1.0f, 1.0f);
     fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
-    for (std::vector<float>* v : {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0,
-                                  &d.dweight0, &d.dbias0}) {
+    for (std::vector<float>* v :
+         {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0, &d.dweight0, &d.dbias0}) {
         round_to_floatx(*v);
     }
     return d;
@@ -74,9 +74,18 @@ struct Device {
     DeviceBuffer<float> mean, rstd;
     DeviceBuffer<unsigned char> scratch;
     Device(const Context& ctx, const Shape& s)
-        : inp((size_t)s.N * s.C), inp2((size_t)s.N * s.C), residual((size_t)s.N * s.C),
-          out((size_t)s.N * s.C), weight(s.C), bias(s.C), dout((size_t)s.N * s.C),
-          dinp((size_t)s.N * s.C), dweight(s.C), dbias(s.C), mean(s.N), rstd(s.N),
+        : inp((size_t)s.N * s.C),
+          inp2((size_t)s.N * s.C),
+          residual((size_t)s.N * s.C),
+          out((size_t)s.N * s.C),
+          weight(s.C),
+          bias(s.C),
+          dout((size_t)s.N * s.C),
+          dinp((size_t)s.N * s.C),
+          dweight(s.C),
+          dbias(s.C),
+          mean(s.N),
+          rstd(s.N),
           scratch(layernorm_backward_scratch_bytes(ctx, s.N, s.C)) {}
 };
 
@@ -121,11 +130,11 @@ void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     round_to_floatx(out);
     poison_forward_outputs(g);
     poison(g.residual.get(), g.residual.size());
-    fused_residual_layernorm_forward(ctx, g.residual.get(), g.out.get(), g.mean.get(),
-                                     g.rstd.get(), g.inp.get(), g.inp2.get(), g.weight.get(),
-                                     g.bias.get(), s.N, s.C);
-    check_close("fused_residual_layernorm residual", download(g.residual.get(), NC), residual,
-                0.0f, 0.0f);
+    fused_residual_layernorm_forward(ctx, g.residual.get(), g.out.get(), g.mean.get(), g.rstd.get(),
+                                     g.inp.get(), g.inp2.get(), g.weight.get(), g.bias.get(), s.N,
+                                     s.C);
+    check_close("fused_residual_layernorm residual", download(g.residual.get(), NC), residual, 0.0f,
+                0.0f);
     check_forward("fused_residual_layernorm", g, out, mean, rstd);
 }
 
@@ -141,7 +150,8 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
                        s.C);
     std::vector<unsigned char> bytes = download_bytes(g.dinp.get(), g.dinp.size() * sizeof(floatX));
     for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias}) {
-        const std::vector<unsigned char> more = download_bytes(b->get(), b->size() * sizeof(floatX));
+        const std::vector<unsigned char> more =
+            download_bytes(b->get(), b->size() * sizeof(floatX));
         bytes.insert(bytes.end(), more.begin(), more.end());
     }
     return bytes;
@@ -153,13 +163,13 @@ void test_backward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     upload(g.mean.get(), mean);
     upload(g.rstd.get(), rstd);
     std::vector<float> dinp = d.dinp0, dweight = d.dweight0, dbias = d.dbias0;
-    cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), d.dout.data(),
-                            d.inp.data(), d.weight.data(), mean.data(), rstd.data(), s.N, s.C);
+    cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), d.dout.data(), d.inp.data(),
+                            d.weight.data(), mean.data(), rstd.data(), s.N, s.C);
     const std::vector<unsigned char> first = run_backward(ctx, s, d, g);
-    check_close("layernorm_backward dinp", download(g.dinp.get(), g.dinp.size()), dinp,
-                kDinpAtol, kOutRtol);
-    check_close("layernorm_backward dweight", download(g.dweight.get(), g.dweight.size()),
-                dweight, kParamGradAtol, kOutRtol);
+    check_close("layernorm_backward dinp", download(g.dinp.get(), g.dinp.size()), dinp, kDinpAtol,
+                kOutRtol);
+    check_close("layernorm_backward dweight", download(g.dweight.get(), g.dweight.size()), dweight,
+                kParamGradAtol, kOutRtol);
     check_close("layernorm_backward dbias", download(g.dbias.get(), g.dbias.size()), dbias,
                 kParamGradAtol, kOutRtol);
     const std::vector<unsigned char> second = run_backward(ctx, s, d, g);

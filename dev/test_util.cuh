@@ -15,14 +15,15 @@
 //   check_bitwise_equal(...)   run-to-run determinism; counts pass or fail
 //   test_summary(name)         prints "NAME: N passed, M failed" and returns the exit code
 //
-// An element passes check_close when |got - ref| <= atol + rtol * |ref| (NaN never passes).
+// An element passes check_close when |got - ref| <= atol + rtol * |ref| (NaN never passes);
+// comparing zero elements fails, as it is almost surely a mistake in the test.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -82,7 +83,7 @@ inline void round_to_floatx(std::vector<float>& h) {
 
 template <typename T>
 class DeviceBuffer {
-public:
+  public:
     explicit DeviceBuffer(size_t count) : count_(count) {
         CUDA_CHECK(cudaMalloc(&ptr_, (count > 0 ? count : 1) * sizeof(T)));
     }
@@ -92,7 +93,7 @@ public:
     T* get() const { return ptr_; }
     size_t size() const { return count_; }
 
-private:
+  private:
     T* ptr_ = nullptr;
     size_t count_ = 0;
 };
@@ -156,8 +157,8 @@ inline bool record_result(bool ok) {
 
 // Compares n values; prints one line with the worst element (largest error relative to its
 // tolerance) and counts the result.
-inline bool check_close(const char* name, const float* got, const float* ref, size_t n,
-                        float atol, float rtol) {
+inline bool check_close(const char* name, const float* got, const float* ref, size_t n, float atol,
+                        float rtol) {
     double max_abs = 0.0, max_rel = 0.0, worst_ratio = -1.0;
     size_t worst = 0, bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -178,10 +179,11 @@ inline bool check_close(const char* name, const float* got, const float* ref, si
         }
     }
     const bool ok = bad == 0 && n > 0;
-    std::printf("  %-44s n=%-10zu max_abs=%.3e max_rel=%.3e worst[%zu] got=%.8g ref=%.8g "
-                "(atol=%.1e rtol=%.1e) %s",
-                name, n, max_abs, max_rel, worst, n > 0 ? got[worst] : 0.0,
-                n > 0 ? ref[worst] : 0.0, atol, rtol, ok ? "ok" : "FAIL");
+    std::printf(
+        "  %-44s n=%-10zu max_abs=%.3e max_rel=%.3e worst[%zu] got=%.8g ref=%.8g "
+        "(atol=%.1e rtol=%.1e) %s",
+        name, n, max_abs, max_rel, worst, n > 0 ? got[worst] : 0.0, n > 0 ? ref[worst] : 0.0, atol,
+        rtol, ok ? "ok" : "FAIL");
     if (bad > 0) std::printf(" (%zu bad)", bad);
     std::printf("\n");
     return record_result(ok);

@@ -66,7 +66,9 @@ __device__ __forceinline__ float weight_decay_of(const AdamWTensors& t, float we
     int decayed = 0;
 #pragma unroll
     for (int k = 0; k < kAdamWMaxTensors; k++) {
-        if (k < t.count && i >= t.offsets[k]) { decayed = t.decayed[k]; }
+        if (k < t.count && i >= t.offsets[k]) {
+            decayed = t.decayed[k];
+        }
     }
     return decayed ? weight_decay : 0.0f;
 }
@@ -97,7 +99,9 @@ __device__ __forceinline__ void adamw_pack(floatX* __restrict__ params, float* _
     } else {
         const Vec<floatX, kVec> px = load_vec<kVec>(params + i);
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { p.v[k] = to_float(px.v[k]); }
+        for (int k = 0; k < kVec; k++) {
+            p.v[k] = to_float(px.v[k]);
+        }
     }
     Vec<floatX, kVec> out;
 #pragma unroll
@@ -108,7 +112,9 @@ __device__ __forceinline__ void adamw_pack(floatX* __restrict__ params, float* _
     }
     store_vec<kVec>(m + i, mv);
     store_vec<kVec>(v + i, vv);
-    if constexpr (kMaster) { store_vec<kVec>(master + i, p); }
+    if constexpr (kMaster) {
+        store_vec<kVec>(master + i, p);
+    }
     store_vec<kVec>(params + i, out);
 }
 
@@ -121,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
                        const floatX* __restrict__ grads,  // (total)
                        AdamWTensors tensors, AdamWHyper hyper,
                        const AdamWStepValues* __restrict__ step_values,  // (1)
-                       const float* __restrict__ norm_squared,  // (1), grad_clip > 0
+                       const float* __restrict__ norm_squared,           // (1), grad_clip > 0
                        size_t total) {
     const StepConstants c = step_constants(hyper, step_values, norm_squared);
     const size_t stride = (size_t)gridDim.x * kThreads;
@@ -172,13 +178,15 @@ void adamw_update(const Context& ctx, floatX* params, float* master, float* m, f
                "adamw_update: params, m, v, grads and step_values must all be given");
     LLMC_CHECK(hyper.grad_clip <= 0.0f || norm_squared != nullptr,
                "adamw_update: grad_clip = %g needs norm_squared", hyper.grad_clip);
-    if (tensors.offsets[tensors.count] == 0) { return; }
+    if (tensors.offsets[tensors.count] == 0) {
+        return;
+    }
     const bool vec = aligned16(params) && aligned16(m) && aligned16(v) && aligned16(grads) &&
                      (master == nullptr || aligned16(master));
     if (master != nullptr) {
         if (vec) {
-            launch_adamw<kPack, true>(ctx, params, master, m, v, grads, tensors, hyper,
-                                      step_values, norm_squared);
+            launch_adamw<kPack, true>(ctx, params, master, m, v, grads, tensors, hyper, step_values,
+                                      norm_squared);
         } else {
             launch_adamw<1, true>(ctx, params, master, m, v, grads, tensors, hyper, step_values,
                                   norm_squared);

@@ -54,20 +54,26 @@ template <int n>
 __device__ __forceinline__ void add_values(MaxSum& a, const float (&x)[n]) {
     float block_max = x[0];
 #pragma unroll
-    for (int k = 1; k < n; k++) { block_max = fmaxf(block_max, x[k]); }
+    for (int k = 1; k < n; k++) {
+        block_max = fmaxf(block_max, x[k]);
+    }
     if (block_max > a.m) {
         a.s *= expf(a.m - block_max);  // expf(-inf) = 0 while a is empty
         a.m = block_max;
     }
 #pragma unroll
-    for (int k = 0; k < n; k++) { a.s += expf(x[k] - a.m); }
+    for (int k = 0; k < n; k++) {
+        a.s += expf(x[k] - a.m);
+    }
 }
 
 // Merges two normalizers. Symmetric in its arguments (IEEE addition commutes), so the lanes
 // of a butterfly all end with the same bits.
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
     const float m = fmaxf(a.m, b.m);
-    if (m == -INFINITY) { return a; }  // both empty
+    if (m == -INFINITY) {  // both empty: exp(-inf - -inf) would be NaN
+        return a;
+    }
     return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
@@ -91,8 +97,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 // then the < kVec leftover columns one by one); pass 2 walks all Vp columns in packs.
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
-    fused_classifier_online_softmax_kernel(floatX* __restrict__ logits,     // (N, Vp)
-                                           float* __restrict__ losses,      // (N)
+    fused_classifier_online_softmax_kernel(floatX* __restrict__ logits,      // (N, Vp)
+                                           float* __restrict__ losses,       // (N)
                                            const int* __restrict__ targets,  // (N)
                                            float dloss, int V, int Vp, bool write_dlogits) {
     __shared__ MaxSum warp_results[kWarps];
@@ -110,7 +116,9 @@ __global__ void __launch_bounds__(kThreads)
         const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
         float f[kVec];
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { f[k] = to_float(v.v[k]); }
+        for (int k = 0; k < kVec; k++) {
+            f[k] = to_float(v.v[k]);
+        }
         add_values(acc, f);
     }
     for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
@@ -120,12 +128,16 @@ __global__ void __launch_bounds__(kThreads)
     acc = warp_merge(acc);
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
-    if (lane == 0) { warp_results[warp] = acc; }
+    if (lane == 0) {
+        warp_results[warp] = acc;
+    }
     __syncthreads();
     if (warp == 0) {
         MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
         w = warp_merge(w);
-        if (lane == 0) { row_result = w; }
+        if (lane == 0) {
+            row_result = w;
+        }
     }
     __syncthreads();
     const MaxSum total = row_result;
@@ -133,7 +145,9 @@ __global__ void __launch_bounds__(kThreads)
         // m - x[target] first: both are logits, so the difference loses nothing to their size.
         losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
     }
-    if (!write_dlogits) { return; }
+    if (!write_dlogits) {
+        return;
+    }
 
     const float inv_s = 1.0f / total.s;
     for (int p = threadIdx.x; p < Vp / kVec; p += kThreads) {
@@ -160,16 +174,24 @@ __global__ void __launch_bounds__(kLossThreads)
                                      int N, float scale) {
     __shared__ float warp_totals[kLossThreads / kWarpSize];
     float acc = 0.0f;
-    for (int i = threadIdx.x; i < N; i += kLossThreads) { acc += losses[i]; }
+    for (int i = threadIdx.x; i < N; i += kLossThreads) {
+        acc += losses[i];
+    }
     acc = warp_sum(acc);
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
-    if (lane == 0) { warp_totals[warp] = acc; }
+    if (lane == 0) {
+        warp_totals[warp] = acc;
+    }
     __syncthreads();
-    if (warp != 0) { return; }
+    if (warp != 0) {
+        return;
+    }
     float total = lane < kLossThreads / kWarpSize ? warp_totals[lane] : 0.0f;
     total = warp_sum(total);
-    if (lane == 0) { *loss += total * scale; }
+    if (lane == 0) {
+        *loss += total * scale;
+    }
 }
 
 }  // namespace
@@ -177,8 +199,7 @@ __global__ void __launch_bounds__(kLossThreads)
 void fused_classifier(const Context& ctx, floatX* logits, float* losses, const int* targets,
                       float dloss, int N, int V, int Vp, bool write_dlogits) {
     NvtxRange range("fused_classifier");
-    LLMC_CHECK(N > 0 && V > 0 && V <= Vp, "fused_classifier: bad shape N=%d V=%d Vp=%d", N, V,
-               Vp);
+    LLMC_CHECK(N > 0 && V > 0 && V <= Vp, "fused_classifier: bad shape N=%d V=%d Vp=%d", N, V, Vp);
     LLMC_CHECK(logits != nullptr && losses != nullptr && targets != nullptr,
                "fused_classifier: logits, losses and targets must all be given");
     if (Vp % kVecX == 0 && aligned16(logits)) {

@@ -17,8 +17,8 @@
 // loads when C is a multiple of 16 / sizeof(floatX) and the tensors are 16-byte aligned,
 // otherwise one element per thread.
 // Last measured: not yet measured on a GPU.
-#include <cub/device/device_radix_sort.cuh>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "encoder.cuh"
 #include "nvtx.h"
@@ -56,7 +56,9 @@ __global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        /
                                               int N, int T, int C) {
     const int packs_per_row = C / kVec;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)N * packs_per_row) { return; }
+    if (i >= (long long)N * packs_per_row) {
+        return;
+    }
     const int row = (int)(i / packs_per_row);
     const int c = (int)(i % packs_per_row) * kVec;
     const int t = row % T;
@@ -64,43 +66,56 @@ __global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        /
     const Vec<floatX, kVec> pe = load_vec<kVec>(wpe + (size_t)t * C + c);
     Vec<floatX, kVec> o;
 #pragma unroll
-    for (int k = 0; k < kVec; k++) { o.v[k] = from_float<floatX>(to_float(te.v[k]) + to_float(pe.v[k])); }
+    for (int k = 0; k < kVec; k++) {
+        o.v[k] = from_float<floatX>(to_float(te.v[k]) + to_float(pe.v[k]));
+    }
     store_vec<kVec>(out + (size_t)row * C + c, o);
 }
 
 // positions[i] = i: the values CUB sorts along with the token ids.
 __global__ void iota_kernel(int* __restrict__ positions, int N) {  // (N)
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) { positions[i] = i; }
+    if (i < N) {
+        positions[i] = i;
+    }
 }
 
 // Block (x, y): the run of equal ids that starts at sorted index x, channel packs
 // [y * blockDim.x, (y + 1) * blockDim.x). Blocks whose x is not a run start exit at once, so the
 // number of runs (known only on the device) needs no host round trip.
 template <int kVec>
-__global__ void encoder_backward_token_runs_kernel(
-    floatX* __restrict__ dwte,                   // (V, C)
-    const floatX* __restrict__ dout,             // (N, C)
-    const int* __restrict__ sorted_tokens,       // (N)
-    const int* __restrict__ sorted_positions,    // (N)
-    int N, int C) {
+__global__ void encoder_backward_token_runs_kernel(floatX* __restrict__ dwte,              // (V, C)
+                                                   const floatX* __restrict__ dout,        // (N, C)
+                                                   const int* __restrict__ sorted_tokens,  // (N)
+                                                   const int* __restrict__ sorted_positions,  // (N)
+                                                   int N, int C) {
     const int start = blockIdx.x;
     const int token = sorted_tokens[start];
-    if (start > 0 && sorted_tokens[start - 1] == token) { return; }
+    if (start > 0 && sorted_tokens[start - 1] == token) {
+        return;
+    }
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
-    if (c >= C) { return; }
+    if (c >= C) {
+        return;
+    }
     float acc[kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; k++) { acc[k] = 0.0f; }
+    for (int k = 0; k < kVec; k++) {
+        acc[k] = 0.0f;
+    }
     for (int i = start; i < N && sorted_tokens[i] == token; i++) {
         const Vec<floatX, kVec> d = load_vec<kVec>(dout + (size_t)sorted_positions[i] * C + c);
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { acc[k] += to_float(d.v[k]); }
+        for (int k = 0; k < kVec; k++) {
+            acc[k] += to_float(d.v[k]);
+        }
     }
     floatX* row = dwte + (size_t)token * C + c;
     Vec<floatX, kVec> w = load_vec<kVec>(row);
 #pragma unroll
-    for (int k = 0; k < kVec; k++) { w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]); }
+    for (int k = 0; k < kVec; k++) {
+        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
+    }
     store_vec<kVec>(row, w);
 }
 
@@ -111,21 +126,29 @@ __global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,    
                                                   int B, int T, int C) {
     const int packs_per_row = C / kVec;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= T * packs_per_row) { return; }
+    if (i >= T * packs_per_row) {
+        return;
+    }
     const int t = i / packs_per_row;
     const int c = (i % packs_per_row) * kVec;
     float acc[kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; k++) { acc[k] = 0.0f; }
+    for (int k = 0; k < kVec; k++) {
+        acc[k] = 0.0f;
+    }
     for (int b = 0; b < B; b++) {
         const Vec<floatX, kVec> d = load_vec<kVec>(dout + ((size_t)b * T + t) * C + c);
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { acc[k] += to_float(d.v[k]); }
+        for (int k = 0; k < kVec; k++) {
+            acc[k] += to_float(d.v[k]);
+        }
     }
     floatX* row = dwpe + (size_t)t * C + c;
     Vec<floatX, kVec> w = load_vec<kVec>(row);
 #pragma unroll
-    for (int k = 0; k < kVec; k++) { w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]); }
+    for (int k = 0; k < kVec; k++) {
+        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
+    }
     store_vec<kVec>(row, w);
 }
 
@@ -140,19 +163,20 @@ struct EncoderScratch {
 
 // The regions of the scratch for N positions; base may be null to learn the size only.
 EncoderScratch encoder_scratch_layout(void* base, int N) {
-    EncoderScratch s;
-    s.sort_temp_bytes = 0;
+    EncoderScratch s{};
     // With a null temp pointer CUB only reports the storage it needs; no work is launched.
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, (const int*)nullptr,
                                                (int*)nullptr, (const int*)nullptr, (int*)nullptr,
                                                N));
-    char* p = static_cast<char*>(base);
     const size_t ints = round_up((size_t)N * sizeof(int), kScratchAlign);
-    s.positions = reinterpret_cast<int*>(p);
-    s.sorted_tokens = reinterpret_cast<int*>(p + ints);
-    s.sorted_positions = reinterpret_cast<int*>(p + 2 * ints);
-    s.sort_temp = p + 3 * ints;
     s.total_bytes = 3 * ints + round_up(s.sort_temp_bytes, kScratchAlign);
+    if (base != nullptr) {
+        char* p = static_cast<char*>(base);
+        s.positions = reinterpret_cast<int*>(p);
+        s.sorted_tokens = reinterpret_cast<int*>(p + ints);
+        s.sorted_positions = reinterpret_cast<int*>(p + 2 * ints);
+        s.sort_temp = p + 3 * ints;
+    }
     return s;
 }
 
@@ -167,8 +191,8 @@ void launch_encoder_backward_sums(const Context& ctx, floatX* dwte, floatX* dwpe
         dwte, dout, s.sorted_tokens, s.sorted_positions, N, C);
     CUDA_CHECK_LAST();
     const int pos_blocks = (T * packs_per_row + kThreads - 1) / kThreads;
-    encoder_backward_positions_kernel<kVec><<<pos_blocks, kThreads, 0, ctx.stream>>>(dwpe, dout, B,
-                                                                                     T, C);
+    encoder_backward_positions_kernel<kVec>
+        <<<pos_blocks, kThreads, 0, ctx.stream>>>(dwpe, dout, B, T, C);
     CUDA_CHECK_LAST();
 }
 
@@ -212,9 +236,9 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
     iota_kernel<<<(N + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(s.positions, N);
     CUDA_CHECK_LAST();
     // LSD radix sort is stable: equal ids keep their positions in increasing order.
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_temp_bytes, inp,
-                                               s.sorted_tokens, s.positions, s.sorted_positions,
-                                               N, 0, (int)(sizeof(int) * 8), ctx.stream));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_temp_bytes, inp, s.sorted_tokens,
+                                               s.positions, s.sorted_positions, N, 0,
+                                               (int)(sizeof(int) * 8), ctx.stream));
     CUDA_CHECK_LAST();
 
     const bool vec = C % kVecX == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);

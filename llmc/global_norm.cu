@@ -47,7 +47,9 @@ __device__ __forceinline__ float block_sum(float x) {
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
     x = warp_sum(x);
-    if (lane == 0) { warp_totals[warp] = x; }
+    if (lane == 0) {
+        warp_totals[warp] = x;
+    }
     __syncthreads();
     float total = 0.0f;
     if (warp == 0) {
@@ -59,7 +61,7 @@ __device__ __forceinline__ float block_sum(float x) {
 
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
-    sum_of_squares_block_partials_kernel(float* __restrict__ partials,      // (G)
+    sum_of_squares_block_partials_kernel(float* __restrict__ partials,       // (G)
                                          const floatX* __restrict__ values,  // (n)
                                          size_t n) {
     const size_t stride = (size_t)gridDim.x * kThreads;
@@ -79,7 +81,9 @@ __global__ void __launch_bounds__(kThreads)
         acc += x * x;
     }
     const float total = block_sum<kThreads>(acc);
-    if (threadIdx.x == 0) { partials[blockIdx.x] = total; }
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = total;
+    }
 }
 
 __global__ void __launch_bounds__(kFinalThreads)
@@ -87,9 +91,13 @@ __global__ void __launch_bounds__(kFinalThreads)
                         const float* __restrict__ partials,  // (G)
                         int G) {
     float acc = 0.0f;
-    for (int i = threadIdx.x; i < G; i += kFinalThreads) { acc += partials[i]; }
+    for (int i = threadIdx.x; i < G; i += kFinalThreads) {
+        acc += partials[i];
+    }
     const float total = block_sum<kFinalThreads>(acc);
-    if (threadIdx.x == 0) { *out = total; }
+    if (threadIdx.x == 0) {
+        *out = total;
+    }
 }
 
 int num_partials(const Context& ctx) { return kBlocksPerSm * ctx_num_sms(ctx); }
@@ -113,7 +121,8 @@ void global_norm_squared(const Context& ctx, float* out, void* scratch, const fl
         sum_of_squares_block_partials_kernel<kVecX>
             <<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
     } else {
-        sum_of_squares_block_partials_kernel<1><<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
+        sum_of_squares_block_partials_kernel<1>
+            <<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
     }
     CUDA_CHECK_LAST();
     sum_partials_kernel<<<1, kFinalThreads, 0, ctx.stream>>>(out, partials, G);

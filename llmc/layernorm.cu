@@ -77,7 +77,9 @@ __device__ __forceinline__ void load_input(float (&x)[kVec], const floatX* __res
         }
     } else {
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { x[k] = to_float(a.v[k]); }
+        for (int k = 0; k < kVec; k++) {
+            x[k] = to_float(a.v[k]);
+        }
     }
 }
 
@@ -85,18 +87,20 @@ __device__ __forceinline__ void load_input(float (&x)[kVec], const floatX* __res
 // after the first hit L1. With kResidual the first pass also stores the residual.
 template <int kVec, bool kResidual>
 __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
-    layernorm_forward_warp_per_row_kernel(floatX* __restrict__ out,         // (N, C)
-                                          float* __restrict__ mean,         // (N)
-                                          float* __restrict__ rstd,         // (N)
-                                          floatX* __restrict__ residual,    // (N, C), kResidual
-                                          const floatX* __restrict__ inp1,  // (N, C)
-                                          const floatX* __restrict__ inp2,  // (N, C), kResidual
+    layernorm_forward_warp_per_row_kernel(floatX* __restrict__ out,           // (N, C)
+                                          float* __restrict__ mean,           // (N)
+                                          float* __restrict__ rstd,           // (N)
+                                          floatX* __restrict__ residual,      // (N, C), kResidual
+                                          const floatX* __restrict__ inp1,    // (N, C)
+                                          const floatX* __restrict__ inp2,    // (N, C), kResidual
                                           const floatX* __restrict__ weight,  // (C)
                                           const floatX* __restrict__ bias,    // (C)
                                           int N, int C) {
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
-    if (row >= N) { return; }
+    if (row >= N) {
+        return;
+    }
     const size_t base = (size_t)row * C;
 
     float sum = 0.0f;
@@ -106,11 +110,15 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
         if constexpr (kResidual) {
             Vec<floatX, kVec> r;
 #pragma unroll
-            for (int k = 0; k < kVec; k++) { r.v[k] = from_float<floatX>(x[k]); }
+            for (int k = 0; k < kVec; k++) {
+                r.v[k] = from_float<floatX>(x[k]);
+            }
             store_vec<kVec>(residual + base + c, r);
         }
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { sum += x[k]; }
+        for (int k = 0; k < kVec; k++) {
+            sum += x[k];
+        }
     }
     const float m = warp_sum(sum) / (float)C;
 
@@ -119,7 +127,9 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
         float x[kVec];
         load_input<kVec, kResidual>(x, inp1, inp2, base + c);
 #pragma unroll
-        for (int k = 0; k < kVec; k++) { sq += (x[k] - m) * (x[k] - m); }
+        for (int k = 0; k < kVec; k++) {
+            sq += (x[k] - m) * (x[k] - m);
+        }
     }
     const float s = 1.0f / sqrtf(warp_sum(sq) / (float)C + kEps);
 
@@ -145,10 +155,10 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
 // partials[blockIdx.x] = (sum of dout * xhat, sum of dout) over the block's rows.
 // Dynamic shared memory: warps * 2 * C floats.
 template <int kVec>
-__global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp,   // (N, C)
+__global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp,     // (N, C)
                                                        float* __restrict__ partials,  // (G, 2, C)
-                                                       const floatX* __restrict__ dout,  // (N, C)
-                                                       const floatX* __restrict__ inp,   // (N, C)
+                                                       const floatX* __restrict__ dout,    // (N, C)
+                                                       const floatX* __restrict__ inp,     // (N, C)
                                                        const floatX* __restrict__ weight,  // (C)
                                                        const float* __restrict__ mean,     // (N)
                                                        const float* __restrict__ rstd,     // (N)
@@ -159,7 +169,9 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
     const int lane = threadIdx.x % kWarpSize;
     float* dw_acc = warp_sums + (size_t)warp * 2 * C;
     float* db_acc = dw_acc + C;
-    for (int c = lane; c < 2 * C; c += kWarpSize) { dw_acc[c] = 0.0f; }
+    for (int c = lane; c < 2 * C; c += kWarpSize) {
+        dw_acc[c] = 0.0f;
+    }
     __syncwarp();
 
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
@@ -191,8 +203,8 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
                 const float gk = to_float(g.v[k]);
                 const float xhat = (to_float(x.v[k]) - m) * s;
                 const float dn = gk * to_float(w.v[k]);
-                d.v[k] = from_float<floatX>(to_float(d.v[k]) +
-                                            s * (dn - mean_dn - xhat * mean_dn_xhat));
+                d.v[k] =
+                    from_float<floatX>(to_float(d.v[k]) + s * (dn - mean_dn - xhat * mean_dn_xhat));
                 dw_acc[c + k] += gk * xhat;
                 db_acc[c + k] += gk;
             }
@@ -203,7 +215,9 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
     // This block's partial row: its warps' slices summed in warp order.
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
         float total = 0.0f;
-        for (int w = 0; w < warps; w++) { total += warp_sums[(size_t)w * 2 * C + c]; }
+        for (int w = 0; w < warps; w++) {
+            total += warp_sums[(size_t)w * 2 * C + c];
+        }
         partials[(size_t)blockIdx.x * 2 * C + c] = total;
     }
 }
@@ -211,8 +225,8 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
 // Column sums of partials (G, 2C) in a fixed order, added into dweight | dbias. Block: 32
 // columns x kReduceGroups groups; group y sums partial rows y, y + groups, ... in order, then
 // group 0 sums the groups in order.
-__global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight,  // (C)
-                                                    floatX* __restrict__ dbias,    // (C)
+__global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight,        // (C)
+                                                    floatX* __restrict__ dbias,          // (C)
                                                     const float* __restrict__ partials,  // (G, 2C)
                                                     int G, int C) {
     __shared__ float group_sums[kReduceGroups][kReduceCols];
@@ -225,9 +239,13 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
     }
     group_sums[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
-    if (threadIdx.y != 0 || col >= 2 * C) { return; }
+    if (threadIdx.y != 0 || col >= 2 * C) {
+        return;
+    }
     float total = 0.0f;
-    for (int g = 0; g < kReduceGroups; g++) { total += group_sums[g][threadIdx.x]; }
+    for (int g = 0; g < kReduceGroups; g++) {
+        total += group_sums[g][threadIdx.x];
+    }
     floatX* dst = col < C ? dweight + col : dbias + (col - C);
     *dst = from_float<floatX>(to_float(*dst) + total);
 }
@@ -241,7 +259,9 @@ struct BackwardShape {
 BackwardShape backward_shape(const Context& ctx, int N, int C) {
     BackwardShape b;
     b.warps = (int)(kBackwardSmemBytes / (2 * sizeof(float) * (size_t)C));
-    if (b.warps > kBackwardMaxWarps) { b.warps = kBackwardMaxWarps; }
+    if (b.warps > kBackwardMaxWarps) {
+        b.warps = kBackwardMaxWarps;
+    }
     const int wanted = (N + b.warps - 1) / b.warps;
     const int cap = kBackwardBlocksPerSm * ctx_num_sms(ctx);
     b.blocks = wanted < cap ? wanted : cap;
@@ -269,16 +289,16 @@ void check_forward_args(const char* op, const floatX* out, const float* mean, co
 
 }  // namespace
 
-void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
-                       const floatX* inp, const floatX* weight, const floatX* bias, int N, int C) {
+void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int C) {
     NvtxRange range("layernorm_forward");
     check_forward_args("layernorm_forward", out, mean, rstd, weight, bias, N, C);
     LLMC_CHECK(out != inp, "layernorm_forward: out must not alias inp");
-    const bool vec = C % kVecX == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) &&
-                     aligned16(bias);
+    const bool vec =
+        C % kVecX == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
     if (vec) {
-        launch_layernorm_forward<kVecX, false>(ctx, out, mean, rstd, nullptr, inp, nullptr,
-                                               weight, bias, N, C);
+        launch_layernorm_forward<kVecX, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, weight,
+                                               bias, N, C);
     } else {
         launch_layernorm_forward<1, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, weight,
                                            bias, N, C);
@@ -294,20 +314,20 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
     LLMC_CHECK(residual != nullptr && residual != inp1 && residual != inp2 && residual != out,
                "fused_residual_layernorm_forward: residual must be its own buffer (not an input "
                "or out)");
-    const bool vec = C % kVecX == 0 && aligned16(residual) && aligned16(out) &&
-                     aligned16(inp1) && aligned16(inp2) && aligned16(weight) && aligned16(bias);
+    const bool vec = C % kVecX == 0 && aligned16(residual) && aligned16(out) && aligned16(inp1) &&
+                     aligned16(inp2) && aligned16(weight) && aligned16(bias);
     if (vec) {
         launch_layernorm_forward<kVecX, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight,
                                               bias, N, C);
     } else {
-        launch_layernorm_forward<1, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight,
-                                          bias, N, C);
+        launch_layernorm_forward<1, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight, bias,
+                                          N, C);
     }
 }
 
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
-    LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)",
-               N, C, kMaxC);
+    LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)", N,
+               C, kMaxC);
     return (size_t)backward_shape(ctx, N, C).blocks * 2 * C * sizeof(float);
 }
 
@@ -324,16 +344,16 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     const BackwardShape shape = backward_shape(ctx, N, C);
     float* partials = static_cast<float*>(scratch);
     const size_t smem = (size_t)shape.warps * 2 * C * sizeof(float);
-    const bool vec = C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
-                     aligned16(weight);
+    const bool vec =
+        C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     if (vec) {
         layernorm_backward_warp_per_row_kernel<kVecX>
-            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(
-                dinp, partials, dout, inp, weight, mean, rstd, N, C);
+            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(dinp, partials, dout, inp,
+                                                                          weight, mean, rstd, N, C);
     } else {
         layernorm_backward_warp_per_row_kernel<1>
-            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(
-                dinp, partials, dout, inp, weight, mean, rstd, N, C);
+            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(dinp, partials, dout, inp,
+                                                                          weight, mean, rstd, N, C);
     }
     CUDA_CHECK_LAST();
     const int reduce_blocks = (2 * C + kReduceCols - 1) / kReduceCols;

@@ -33,7 +33,6 @@ def header(*values):
     return h.tobytes()
 
 
-
 def write_shard(path, tokens):
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() > 65535):

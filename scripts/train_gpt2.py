@@ -30,7 +30,12 @@ import struct
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print(f"error: {sys.executable} cannot import numpy; use a Python that has numpy (and torch "
+          "for the model modes), e.g. the one scripts/find_python.sh prints", file=sys.stderr)
+    sys.exit(2)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_shards import (HEADER_INTS, UsageError, fail, header,  # noqa: E402 (after the path)
@@ -294,9 +299,9 @@ def clip(model, grad_clip):
 
 def set_precision(tf32, deterministic):
     import torch
-    if hasattr(torch, "set_float32_matmul_precision"):
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    # The allow_tf32 setters keep the legacy and the new (torch >= 2.9, fp32_precision) flags in
+    # agreement; setting only the new ones makes inductor's read of allow_tf32 raise on 2.10.
+    torch.backends.cuda.matmul.allow_tf32 = tf32  # = set_float32_matmul_precision high/highest
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = False
@@ -446,7 +451,7 @@ EPILOG = """modes (several may be combined; the model is built once for the mode
     %(prog)s --write-tokenizer gpt2_tokenizer.bin --encoder-dir DIR
     %(prog)s --tokenize input.txt --encoder-dir DIR --out-dir data/tiny [--doc-sep '\\n\\n']
     %(prog)s --random-shards data/random --num-tokens 2000000 [--vocab-size V] [--seed S]
-  train / benchmark (default when -i is given and no file is written):
+  train / benchmark (when -i is given; with --write-model/--write-state only if --steps N):
     %(prog)s -i 'data/random/*_train_*.bin' -e d12 -b 4 -t 1024 --steps 50 --dtype bfloat16 \\
         --tf32 --compile --flash --fused-adamw --json-summary torch.json
 Training prints 'step N/M | loss L | norm G | lr X | ms D | tok/s R' per step and a summary with
@@ -556,8 +561,8 @@ def main(argv):
     util = args.tokenize or args.write_tokenizer or args.random_shards
     writes = args.write_model or args.write_state
     if not (util or writes or args.input):
-        parser.print_help()
-        fail("nothing to do: give a mode (see the examples above)")
+        parser.print_usage(sys.stderr)
+        fail("nothing to do: give a mode; --help lists them with examples")
     if args.write_tokenizer:
         write_tokenizer(args.write_tokenizer, args.encoder_dir)
     if args.tokenize:
@@ -599,7 +604,7 @@ def main(argv):
             fail(f"no file matches the shard pattern '{path}'")
     model = build_model_classes()(cfg, args.flash)
     if args.flash and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-        print("note: no scaled_dot_product_attention in this torch; --flash uses the masked softmax")
+        print("note: this torch has no scaled_dot_product_attention; --flash uses masked softmax")
     init_weights(model, args.seed, args.random_biases)
     if state is not None:
         model.load_state_dict(state)
