@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
 
     Context ctx;
     context_init(&ctx, tc.device, tc.tf32 != 0);
+    ctx.autotune = tc.autotune != 0;
     print_train_config(tc, stdout);
     if (preset) {
         std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);

@@ -61,7 +61,11 @@ cublasComputeType_t compute_type(const Context& ctx) {
 #endif
 }
 
-MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key) {
+// How many of cuBLASLt's heuristic candidates the autotuner times.
+constexpr int kMaxCandidates = 8;
+
+MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
+                       cublasLtMatmulHeuristicResult_t* candidates, int* num_candidates) {
     MatmulPlan* p = new MatmulPlan();
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute_type(ctx), CUDA_R_32F));
     cublasOperation_t ta = key.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -101,16 +105,16 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key) {
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
     }
-    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                                &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref,
+                                                kMaxCandidates, candidates, &found));
     cublasLtMatmulPreferenceDestroy(pref);
-    LLMC_CHECK(found == 1,
+    LLMC_CHECK(found >= 1,
                "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d epilogue=%d "
                "batch=%d alignment=%d",
                key.m, key.n, key.k, key.transa, key.transb, key.epilogue, key.batch, key.align);
-    p->algo = result.algo;
+    *num_candidates = found;
+    p->algo = candidates[0].algo;
     return p;
 }
 
@@ -136,6 +140,66 @@ struct LtCall {
     int ldaux = 0;
 };
 
+void set_epilogue_pointers(MatmulPlan* p, const LtCall& c) {
+    if (c.bias != nullptr) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &c.bias, sizeof(c.bias)));
+    }
+    if (c.aux != nullptr) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux)));
+    }
+}
+
+cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c,
+                        const cublasLtMatmulAlgo_t* algo) {
+    return cublasLtMatmul(ctx.lt, p->desc, &c.alpha, c.A, p->a, c.B, p->b, &c.beta, c.D, p->c, c.D,
+                          p->c, algo, ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream);
+}
+
+// Times each candidate on this call's own operands (median of a few runs) and keeps the
+// fastest: cuBLASLt's first guess is often not its best kernel for our shapes. Runs once per
+// plan, in the eager warm-up step. The tuning runs write D (and aux, bias gradients), which
+// the real call rewrites; when beta != 0 D is also read, so it is saved and restored.
+void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
+              const cublasLtMatmulHeuristicResult_t* candidates, int count) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(ctx.stream, &capture));
+    if (count < 2 || capture != cudaStreamCaptureStatusNone) return;
+    const size_t d_bytes = ((size_t)(c.batch - 1) * c.stride_d + (size_t)c.ldd * c.n) * sizeof(floatX);
+    void* saved = nullptr;
+    if (c.beta != 0.0f) {
+        CUDA_CHECK(cudaMallocAsync(&saved, d_bytes, ctx.stream));
+        CUDA_CHECK(cudaMemcpyAsync(saved, c.D, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+    }
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    float best = 1e30f;
+    for (int i = 0; i < count; i++) {
+        if (run_algo(ctx, p, c, &candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
+        float times[5];
+        for (float& t : times) {
+            CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+            CUBLAS_CHECK(run_algo(ctx, p, c, &candidates[i].algo));
+            CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+            CUDA_CHECK(cudaEventSynchronize(stop));
+            CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        }
+        std::sort(times, times + 5);
+        if (times[2] < best) {
+            best = times[2];
+            p->algo = candidates[i].algo;
+        }
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    if (saved != nullptr) {
+        CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+        CUDA_CHECK(cudaFreeAsync(saved, ctx.stream));
+    }
+}
+
 void lt_matmul(const Context& ctx, const LtCall& c) {
     const long long es = sizeof(floatX);
     int align = alignment_of(c.A, c.stride_a * es);
@@ -147,23 +211,18 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     auto it = ctx.plans.find(key);
     MatmulPlan* p = nullptr;
     if (it == ctx.plans.end()) {
-        p = build_plan(ctx, key);
+        cublasLtMatmulHeuristicResult_t candidates[kMaxCandidates];
+        int count = 0;
+        p = build_plan(ctx, key, candidates, &count);
         ctx.plans[key] = p;
+        set_epilogue_pointers(p, c);
+        if (ctx.autotune) autotune(ctx, p, c, candidates, count);
     } else {
         p = it->second;
     }
     // Epilogue pointers change per call (per layer), the rest of the plan does not.
-    if (c.bias != nullptr) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &c.bias, sizeof(c.bias)));
-    }
-    if (c.aux != nullptr) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux)));
-    }
-    CUBLAS_CHECK(cublasLtMatmul(ctx.lt, p->desc, &c.alpha, c.A, p->a, c.B, p->b, &c.beta, c.D,
-                                p->c, c.D, p->c, &p->algo, ctx.lt_workspace,
-                                ctx.lt_workspace_bytes, ctx.stream));
+    set_epilogue_pointers(p, c);
+    CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
 }
 
 // dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum.

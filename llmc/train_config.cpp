@@ -36,6 +36,8 @@ const char* kHelp =
     "runtime:\n"
     "  --tf32 0|1   TF32 tensor cores in fp32 matmuls (default 1, PyTorch's 'high')\n"
     "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
+    "  --autotune 0|1  time cuBLASLt's candidate kernels once per shape and keep the fastest\n"
+    "               (default 1; 0 takes the heuristic's pick, identical on every run)\n"
     "  --device N   CUDA device (default 0)\n"
     "  --json-summary PATH   write median step time, tok/s and memory as JSON\n"
     "  -h, --help   this text\n"
@@ -107,6 +109,7 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
         else if (is("-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
         else if (is("--tf32")) c->tf32 = (int)parse_int(f, v, 0, 1);
         else if (is("--graph")) c->graph = (int)parse_int(f, v, 0, 1);
+        else if (is("--autotune")) c->autotune = (int)parse_int(f, v, 0, 1);
         else if (is("--device")) c->device = (int)parse_int(f, v, 0, 1024);
         else if (is("--json-summary")) c->json_summary = v;
         else usage_error("unknown option '%s'", f);
@@ -137,7 +140,7 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "grad clip        %g\n", c.grad_clip);
     std::fprintf(out, "val every, batch %d, %d\n", c.val_every, c.val_batches);
     std::fprintf(out, "seed             %llu\n", c.seed);
-    std::fprintf(out, "tf32, graph      %d, %d\n", c.tf32, c.graph);
+    std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
     std::fprintf(out, "device           %d\n", c.device);
 }
 

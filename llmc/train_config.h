@@ -26,6 +26,7 @@ struct TrainConfig {
     unsigned long long seed = 42;           // -s  seed of the random initialisation (presets)
     int tf32 = 1;                           // --tf32 0|1  TF32 matmuls in the fp32 build
     int graph = 1;                          // --graph 0|1 replay the step as a CUDA graph
+    int autotune = 1;                       // --autotune 0|1 time cuBLASLt's candidates once
     int device = 0;                         // --device    CUDA device index
     std::string json_summary;               // --json-summary PATH  benchmark summary
 };

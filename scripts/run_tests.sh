@@ -33,7 +33,8 @@ PY=$(bash scripts/install_deps.sh | tail -n 1) || { echo "FAIL deps: see the mes
 
 # --- host tests -----------------------------------------------------------------------------
 for t in build/host/dev/test_*; do
-    [[ "$t" != *.o && -x "$t" ]] && run "$(basename "$t")" "$t"
+    # test_gpt2_cpu takes a reference dump and runs below, once the dump is written.
+    [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
 
