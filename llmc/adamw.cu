@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "adamw.cuh"
+#include "device_utils.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -22,21 +23,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kBlocksPerSm = 4;
 constexpr int kPack = 4;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-    T v[kVec];
-};
-template <int kVec, typename T>
-__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
-    return *reinterpret_cast<const Vec<T, kVec>*>(p);
-}
-template <int kVec, typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
-    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Per-step constants, the same for every element.
 struct StepConstants {

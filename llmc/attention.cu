@@ -24,12 +24,12 @@
 #include <cstdint>
 
 #include "attention.cuh"
+#include "device_utils.cuh"
 #include "matmul.cuh"
 #include "nvtx.h"
 
 namespace {
 
-constexpr int kWarpSize = 32;
 constexpr int kRowsPerBlock = 8;  // one warp per score row, 8 warps per block
 constexpr size_t kScratchAlign = 256;  // the base alignment cuBLASLt's heuristics assume
 
@@ -39,8 +39,6 @@ struct ScratchLayout {
     size_t att_offset[2];
     size_t total_bytes;
 };
-
-size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 ScratchLayout scratch_layout(int B, int T, int C, int NH) {
     ScratchLayout L;
@@ -82,20 +80,6 @@ AttentionBatch attention_batch(int B, int T, int C, int NH, int ldS) {
 
 floatX* region(void* scratch, size_t offset) {
     return reinterpret_cast<floatX*>(static_cast<char*>(scratch) + offset);
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    }
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    }
-    return x;
 }
 
 // Row softmax over the causal part of S, in place: one warp per row (bh, t). Each lane keeps a

@@ -18,30 +18,14 @@
 #include <cstdint>
 
 #include "classifier.cuh"
+#include "device_utils.cuh"
 #include "nvtx.h"
 
 namespace {
 
-constexpr int kWarpSize = 32;
 constexpr int kThreads = 512;  // per row
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kLossThreads = 1024;
-constexpr int kVecX = 16 / sizeof(floatX);
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-    T v[kVec];
-};
-template <int kVec, typename T>
-__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
-    return *reinterpret_cast<const Vec<T, kVec>*>(p);
-}
-template <int kVec, typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
-    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // A softmax normalizer in progress: running max m and s = sum exp(x - m).
 struct MaxSum {
@@ -84,13 +68,6 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
         a = merge(a, b);
     }
     return a;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    }
-    return x;
 }
 
 // One block per row; see the file comment. Pass 1 reads only the V valid columns (whole packs,

@@ -21,31 +21,14 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "encoder.cuh"
+#include "device_utils.cuh"
 #include "nvtx.h"
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kRunThreads = 128;  // threads per block of the per-run sum (one pack each)
-constexpr int kVecX = 16 / sizeof(floatX);
 constexpr size_t kScratchAlign = 256;
-
-// kVec elements of T moved as one aligned access (16 bytes when kVec * sizeof(T) == 16).
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-    T v[kVec];
-};
-template <int kVec, typename T>
-__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
-    return *reinterpret_cast<const Vec<T, kVec>*>(p);
-}
-template <int kVec, typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
-    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // One thread per pack of kVec channels of one (b, t) row.
 template <int kVec>

@@ -14,31 +14,14 @@
 #include <cstdint>
 
 #include "global_norm.cuh"
+#include "device_utils.cuh"
 #include "nvtx.h"
 
 namespace {
 
-constexpr int kWarpSize = 32;
 constexpr int kThreads = 512;
 constexpr int kBlocksPerSm = 2;
 constexpr int kFinalThreads = 1024;
-constexpr int kVecX = 16 / sizeof(floatX);
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-    T v[kVec];
-};
-template <int kVec, typename T>
-__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
-    return *reinterpret_cast<const Vec<T, kVec>*>(p);
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    }
-    return x;
-}
 
 // Sum of x over the block (kBlockThreads threads), in a fixed order; valid in thread 0.
 template <int kBlockThreads>

@@ -22,13 +22,12 @@
 #include <cstdint>
 
 #include "layernorm.cuh"
+#include "device_utils.cuh"
 #include "nvtx.h"
 
 namespace {
 
-constexpr int kWarpSize = 32;
 constexpr int kForwardWarps = 8;  // rows per block in the forward
-constexpr int kVecX = 16 / sizeof(floatX);
 constexpr float kEps = 1e-5f;
 // Backward: up to 8 warps per block, each with a (2, C) float slice; 48 KiB is the shared
 // memory a kernel gets without opting in, so C <= 6144 leaves room for at least one warp.
@@ -39,28 +38,6 @@ constexpr int kBackwardBlocksPerSm = 2;
 // Partial-sum reduction: 32 columns per block, 8 groups of partial rows per column.
 constexpr int kReduceCols = 32;
 constexpr int kReduceGroups = 8;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-    T v[kVec];
-};
-template <int kVec, typename T>
-__device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
-    return *reinterpret_cast<const Vec<T, kVec>*>(p);
-}
-template <int kVec, typename T>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
-    *reinterpret_cast<Vec<T, kVec>*>(p) = x;
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    }
-    return x;
-}
 
 // The kVec input values at x[c..c+kVec) of one row, as float. With kResidual the input is
 // inp1 + inp2 rounded to floatX, recomputed from the inputs (never read back from `residual`,
