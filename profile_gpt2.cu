@@ -24,16 +24,25 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         std::string f = argv[i];
         int v = std::atoi(argv[i + 1]);
-        if (f == "-e") preset = argv[i + 1];
-        else if (f == "-b" && v > 0) B = v;
-        else if (f == "-t" && v > 0) T = v;
-        else if (f == "--steps" && v > 0) steps = v;
-        else if (f == "--graph") graph = v != 0;
-        else LLMC_FAIL("unknown option or bad value: %s %s (see the header of profile_gpt2.cu)", argv[i], argv[i + 1]);
+        if (f == "-e")
+            preset = argv[i + 1];
+        else if (f == "-b" && v > 0)
+            B = v;
+        else if (f == "-t" && v > 0)
+            T = v;
+        else if (f == "--steps" && v > 0)
+            steps = v;
+        else if (f == "--graph")
+            graph = v != 0;
+        else
+            LLMC_FAIL("unknown option or bad value: %s %s (see the header of profile_gpt2.cu)",
+                      argv[i], argv[i + 1]);
     }
     GPT2Config cfg;
-    LLMC_CHECK(config_from_preset(preset, &cfg), "unknown preset '%s' (d12, d24, d36 or d48)", preset.c_str());
-    LLMC_CHECK(T <= cfg.max_seq_len, "-t %d is longer than the model's maximum %d", T, cfg.max_seq_len);
+    LLMC_CHECK(config_from_preset(preset, &cfg), "unknown preset '%s' (d12, d24, d36 or d48)",
+               preset.c_str());
+    LLMC_CHECK(T <= cfg.max_seq_len, "-t %d is longer than the model's maximum %d", T,
+               cfg.max_seq_len);
     std::vector<float> params;
     gpt2_init_random(cfg, 1337, &params);
     Context ctx;

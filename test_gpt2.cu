@@ -27,11 +27,11 @@ namespace {
 // bf16 autocast error.
 #if defined(ENABLE_BF16)
 constexpr double kRelNormTol = 5e-2;
-constexpr double kLossTol = 5e-2;       // absolute, on a loss near ln(V)
-constexpr double kStepLossTol = 1e-1;   // the trajectory drifts as rounding compounds
+constexpr double kLossTol = 5e-2;      // absolute, on a loss near ln(V)
+constexpr double kStepLossTol = 1e-1;  // the trajectory drifts as rounding compounds
 #else
 constexpr double kRelNormTol = 1e-4;
-constexpr double kLossTol = 1e-4;       // absolute, ~1e-5 relative to a loss near ln(V)
+constexpr double kLossTol = 1e-4;  // absolute, ~1e-5 relative to a loss near ln(V)
 // After k AdamW steps, parameters whose gradient is ~0 get +-lr updates whose sign depends on
 // rounding; the loss moves by O(lr * 1e-2) from that, so later steps get 5x the room.
 constexpr double kStepLossTol = 5e-4;
@@ -45,7 +45,10 @@ struct Options {
 };
 
 void usage_and_exit(const char* why) {
-    std::fprintf(stderr, "error: %s\nusage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]\n", why);
+    std::fprintf(stderr,
+                 "error: %s\nusage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph "
+                 "0|1] [--tf32 0|1]\n",
+                 why);
     std::exit(2);
 }
 
@@ -54,17 +57,25 @@ Options parse(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         std::string f = argv[i];
         if (f == "-h" || f == "--help") {
-            std::printf("usage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]\n"
-                        "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch dump.\n");
+            std::printf(
+                "usage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] "
+                "[--tf32 0|1]\n"
+                "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch "
+                "dump.\n");
             std::exit(0);
         }
         if (i + 1 >= argc) usage_and_exit("every option needs a value");
         std::string v = argv[++i];
-        if (f == "--model") o.model = v;
-        else if (f == "--state") o.state = v;
-        else if (f == "--graph" && (v == "0" || v == "1")) o.graph = v == "1";
-        else if (f == "--tf32" && (v == "0" || v == "1")) o.tf32 = v == "1";
-        else usage_and_exit(("unknown option or bad value: " + f + " " + v).c_str());
+        if (f == "--model")
+            o.model = v;
+        else if (f == "--state")
+            o.state = v;
+        else if (f == "--graph" && (v == "0" || v == "1"))
+            o.graph = v == "1";
+        else if (f == "--tf32" && (v == "0" || v == "1"))
+            o.tf32 = v == "1";
+        else
+            usage_and_exit(("unknown option or bad value: " + f + " " + v).c_str());
     }
     if (o.model.empty() || o.state.empty()) usage_and_exit("--model and --state are required");
     return o;
@@ -86,12 +97,15 @@ bool compare(const char* name, const float* got, const float* ref, size_t n, dou
         double d = (double)got[i] - (double)ref[i];
         err2 += d * d;
         ref2 += (double)ref[i] * ref[i];
-        if (std::fabs(d) > max_abs || !std::isfinite(d)) { max_abs = std::fabs(d); worst = i; }
+        if (std::fabs(d) > max_abs || !std::isfinite(d)) {
+            max_abs = std::fabs(d);
+            worst = i;
+        }
     }
     double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
     bool ok = finite && rel <= tol;
-    std::printf("%-10s %12zu  rel-norm %.3e  max-abs %.3e  worst [%zu] got %+.6e ref %+.6e  %s\n", name, n,
-                rel, max_abs, worst, got[worst], ref[worst], ok ? "ok" : "FAIL");
+    std::printf("%-10s %12zu  rel-norm %.3e  max-abs %.3e  worst [%zu] got %+.6e ref %+.6e  %s\n",
+                name, n, rel, max_abs, worst, got[worst], ref[worst], ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -105,8 +119,8 @@ int main(int argc, char** argv) {
     read_model_file(opt.model, &cfg, &params, &version);
     DebugState st;
     read_debug_state(opt.state, cfg, &st);
-    LLMC_CHECK(st.T <= cfg.max_seq_len, "%s: T=%d exceeds the model's maxT %d", opt.state.c_str(), st.T,
-               cfg.max_seq_len);
+    LLMC_CHECK(st.T <= cfg.max_seq_len, "%s: T=%d exceeds the model's maxT %d", opt.state.c_str(),
+               st.T, cfg.max_seq_len);
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         std::printf("SKIP no CUDA device\n");
@@ -130,14 +144,15 @@ int main(int argc, char** argv) {
     // 1. Forward: logits (first V of each Vp row) and loss.
     const float loss0 = gpt2_eval_loss(ctx, &model);
     std::vector<floatX> logits_x(N * Vp);
-    CUDA_CHECK(cudaMemcpy(logits_x.data(), model.acts.logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(logits_x.data(), model.acts.logits, N * Vp * sizeof(floatX),
+                          cudaMemcpyDeviceToHost));
     std::vector<float> logits(N * V);
     for (size_t r = 0; r < N; r++)
         for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_x[r * Vp + v]);
     tally.record(compare("logits", logits.data(), st.logits.data(), N * V, tol));
     const bool loss_ok = std::fabs(loss0 - st.loss) <= kLossTol;
-    std::printf("loss       got %.7f ref %.7f  diff %.2e  %s\n", loss0, st.loss, std::fabs(loss0 - st.loss),
-                loss_ok ? "ok" : "FAIL");
+    std::printf("loss       got %.7f ref %.7f  diff %.2e  %s\n", loss0, st.loss,
+                std::fabs(loss0 - st.loss), loss_ok ? "ok" : "FAIL");
     tally.record(loss_ok);
 
     // 2. One training step: gradients (read after the step; the update does not touch them).
@@ -162,8 +177,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < st.n_steps; k++) {
         const double d = std::fabs(step_losses[k] - st.step_losses[k]);
         const bool ok = d <= (k == 0 ? kLossTol : kStepLossTol) * (opt.tf32 ? 20.0 : 1.0);
-        std::printf("step %2d    loss got %.7f ref %.7f  diff %.2e  %s\n", k, step_losses[k], st.step_losses[k], d,
-                    ok ? "ok" : "FAIL");
+        std::printf("step %2d    loss got %.7f ref %.7f  diff %.2e  %s\n", k, step_losses[k],
+                    st.step_losses[k], d, ok ? "ok" : "FAIL");
         tally.record(ok);
     }
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);

@@ -30,12 +30,12 @@
 
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // one warp per score row, 8 warps per block
+constexpr int kRowsPerBlock = 8;       // one warp per score row, 8 warps per block
 constexpr size_t kScratchAlign = 256;  // the base alignment cuBLASLt's heuristics assume
 
 struct ScratchLayout {
-    int ldS;            // padded row stride of the score areas, in elements
-    size_t att_elems;   // elements of one score area, B*NH*T*ldS
+    int ldS;           // padded row stride of the score areas, in elements
+    size_t att_elems;  // elements of one score area, B*NH*T*ldS
     size_t att_offset[2];
     size_t total_bytes;
 };
@@ -193,8 +193,8 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
         const floatX* q = qkv + o * ab.qkv_outer;
         floatX* a = att + o * ab.att_outer;
         // S = scale * Q K^T: K rows are (T, HS) with row stride 3C, op(B) = K^T via trans_b.
-        matmul_strided_batched(ctx, a, q, q + C, T, T, HS, false, true, C3, C3, L.ldS,
-                               ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale, 0.0f);
+        matmul_strided_batched(ctx, a, q, q + C, T, T, HS, false, true, C3, C3, L.ldS, ab.qkv_batch,
+                               ab.qkv_batch, ab.att_batch, ab.batch, scale, 0.0f);
     }
     const int rows = B * NH * T;
     causal_softmax_forward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
@@ -223,8 +223,8 @@ void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
         const floatX* q = qkv + o * ab.qkv_outer;
         const floatX* d_o = dout + o * ab.out_outer;
         // S = scale * Q K^T (recomputed with the forward's exact GEMM) and dP = dO V^T.
-        matmul_strided_batched(ctx, att + o * ab.att_outer, q, q + C, T, T, HS, false, true, C3,
-                               C3, L.ldS, ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale,
+        matmul_strided_batched(ctx, att + o * ab.att_outer, q, q + C, T, T, HS, false, true, C3, C3,
+                               L.ldS, ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale,
                                0.0f);
         matmul_strided_batched(ctx, datt + o * ab.att_outer, d_o, q + 2 * C, T, T, HS, false, true,
                                C, C3, L.ldS, ab.out_batch, ab.qkv_batch, ab.att_batch, ab.batch,

@@ -18,5 +18,5 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
                        const floatX* qkv, int B, int T, int C, int NH);
 
 void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
-                        const floatX* qkv, const floatX* out, const float* lse, int B, int T,
-                        int C, int NH);
+                        const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
+                        int NH);

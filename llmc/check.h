@@ -12,23 +12,25 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define LLMC_FAIL(...)                                                                    \
-    do {                                                                                  \
-        std::fprintf(stderr, "error: ");                                                  \
-        std::fprintf(stderr, __VA_ARGS__);                                                \
-        std::fprintf(stderr, "\n  (at %s:%d)\n", __FILE__, __LINE__);                     \
-        std::exit(1);                                                                     \
+#define LLMC_FAIL(...)                                                \
+    do {                                                              \
+        std::fprintf(stderr, "error: ");                              \
+        std::fprintf(stderr, __VA_ARGS__);                            \
+        std::fprintf(stderr, "\n  (at %s:%d)\n", __FILE__, __LINE__); \
+        std::exit(1);                                                 \
     } while (0)
 
-#define LLMC_CHECK(cond, ...)                                                             \
-    do {                                                                                  \
-        if (!(cond)) { LLMC_FAIL(__VA_ARGS__); }                                          \
+#define LLMC_CHECK(cond, ...)       \
+    do {                            \
+        if (!(cond)) {              \
+            LLMC_FAIL(__VA_ARGS__); \
+        }                           \
     } while (0)
 
 #if defined(__CUDACC__) || defined(LLMC_WITH_CUDA)
-#include <cuda_runtime_api.h>
-#include <cublas_api.h>
 #include <cublasLt.h>
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
 
 namespace llmc {
 // True when LLMC_DEBUG_SYNC=1: every launch is followed by a device synchronize.
@@ -41,42 +43,43 @@ inline bool debug_sync_enabled() {
 }
 }  // namespace llmc
 
-#define CUDA_CHECK(expr)                                                                  \
-    do {                                                                                  \
-        cudaError_t llmc_err_ = (expr);                                                   \
-        if (llmc_err_ != cudaSuccess) {                                                   \
-            std::fprintf(stderr, "CUDA error %s (%s)\n  in %s\n  at %s:%d\n",             \
-                         cudaGetErrorName(llmc_err_), cudaGetErrorString(llmc_err_),      \
-                         #expr, __FILE__, __LINE__);                                      \
-            std::exit(1);                                                                 \
-        }                                                                                 \
+#define CUDA_CHECK(expr)                                                                    \
+    do {                                                                                    \
+        cudaError_t llmc_err_ = (expr);                                                     \
+        if (llmc_err_ != cudaSuccess) {                                                     \
+            std::fprintf(stderr, "CUDA error %s (%s)\n  in %s\n  at %s:%d\n",               \
+                         cudaGetErrorName(llmc_err_), cudaGetErrorString(llmc_err_), #expr, \
+                         __FILE__, __LINE__);                                               \
+            std::exit(1);                                                                   \
+        }                                                                                   \
     } while (0)
 
-#define CUDA_CHECK_LAST()                                                                 \
-    do {                                                                                  \
-        CUDA_CHECK(cudaGetLastError());                                                   \
-        if (llmc::debug_sync_enabled()) { CUDA_CHECK(cudaDeviceSynchronize()); }          \
+#define CUDA_CHECK_LAST()                        \
+    do {                                         \
+        CUDA_CHECK(cudaGetLastError());          \
+        if (llmc::debug_sync_enabled()) {        \
+            CUDA_CHECK(cudaDeviceSynchronize()); \
+        }                                        \
     } while (0)
 
-#define CUBLAS_CHECK(expr)                                                                \
-    do {                                                                                  \
-        cublasStatus_t llmc_st_ = (expr);                                                 \
-        if (llmc_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
-            std::fprintf(stderr, "cuBLAS error %s (%s)\n  in %s\n  at %s:%d\n",           \
-                         cublasGetStatusName(llmc_st_), cublasGetStatusString(llmc_st_),  \
-                         #expr, __FILE__, __LINE__);                                      \
-            std::exit(1);                                                                 \
-        }                                                                                 \
+#define CUBLAS_CHECK(expr)                                                                      \
+    do {                                                                                        \
+        cublasStatus_t llmc_st_ = (expr);                                                       \
+        if (llmc_st_ != CUBLAS_STATUS_SUCCESS) {                                                \
+            std::fprintf(stderr, "cuBLAS error %s (%s)\n  in %s\n  at %s:%d\n",                 \
+                         cublasGetStatusName(llmc_st_), cublasGetStatusString(llmc_st_), #expr, \
+                         __FILE__, __LINE__);                                                   \
+            std::exit(1);                                                                       \
+        }                                                                                       \
     } while (0)
 
-#define NCCL_CHECK(expr)                                                                  \
-    do {                                                                                  \
-        ncclResult_t llmc_nr_ = (expr);                                                   \
-        if (llmc_nr_ != ncclSuccess) {                                                    \
-            std::fprintf(stderr, "NCCL error %d (%s)\n  in %s\n  at %s:%d\n",             \
-                         (int)llmc_nr_, ncclGetErrorString(llmc_nr_), #expr, __FILE__,    \
-                         __LINE__);                                                       \
-            std::exit(1);                                                                 \
-        }                                                                                 \
+#define NCCL_CHECK(expr)                                                                     \
+    do {                                                                                     \
+        ncclResult_t llmc_nr_ = (expr);                                                      \
+        if (llmc_nr_ != ncclSuccess) {                                                       \
+            std::fprintf(stderr, "NCCL error %d (%s)\n  in %s\n  at %s:%d\n", (int)llmc_nr_, \
+                         ncclGetErrorString(llmc_nr_), #expr, __FILE__, __LINE__);           \
+            std::exit(1);                                                                    \
+        }                                                                                    \
     } while (0)
 #endif

@@ -8,7 +8,8 @@ constexpr size_t kLtWorkspaceBytes = 32u << 20;
 void context_init(Context* ctx, int device, bool tf32) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
-    LLMC_CHECK(err == cudaSuccess && count > 0, "no CUDA device is visible (%s); this program needs an NVIDIA GPU",
+    LLMC_CHECK(err == cudaSuccess && count > 0,
+               "no CUDA device is visible (%s); this program needs an NVIDIA GPU",
                err == cudaSuccess ? "device count is 0" : cudaGetErrorString(err));
     LLMC_CHECK(device >= 0 && device < count, "device %d does not exist (this machine has %d)",
                device, count);

@@ -21,8 +21,8 @@ struct MatmulKey {
     long long stride_a, stride_b, stride_c;
     int transa, transb, epilogue, align;
     bool operator<(const MatmulKey& o) const {
-        return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c,
-                        transa, transb, epilogue, align) <
+        return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c, transa,
+                        transb, epilogue, align) <
                std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch, o.stride_a,
                         o.stride_b, o.stride_c, o.transa, o.transb, o.epilogue, o.align);
     }
@@ -33,9 +33,9 @@ struct Context {
     cudaDeviceProp props{};
     cudaStream_t stream = nullptr;
     cublasLtHandle_t lt = nullptr;
-    void* lt_workspace = nullptr;       // cuBLASLt workspace (device)
+    void* lt_workspace = nullptr;  // cuBLASLt workspace (device)
     size_t lt_workspace_bytes = 0;
-    bool tf32 = true;                   // fp32 build: TF32 tensor cores in matmuls ('high')
+    bool tf32 = true;  // fp32 build: TF32 tensor cores in matmuls ('high')
     // Time cuBLASLt's candidate algorithms once per plan and keep the fastest. Off: take the
     // heuristic's first choice, the same on every run (timing-based choices can differ between
     // runs, and with them the last bits of the results).

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
-#include "encoder.cuh"
 #include "device_utils.cuh"
+#include "encoder.cuh"
 #include "nvtx.h"
 
 namespace {

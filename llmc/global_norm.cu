@@ -13,8 +13,8 @@
 // Last measured: not yet measured on a GPU.
 #include <cstdint>
 
-#include "global_norm.cuh"
 #include "device_utils.cuh"
+#include "global_norm.cuh"
 #include "nvtx.h"
 
 namespace {

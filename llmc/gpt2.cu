@@ -19,9 +19,10 @@ namespace {
 // Hands out 256-byte aligned pieces of one allocation: first plan (base == nullptr) to learn
 // the total, then carve the same sequence again from the real base.
 class ArenaCarver {
-public:
+  public:
     explicit ArenaCarver(char* base) : base_(base) {}
-    template <typename T> T* take(size_t count) {
+    template <typename T>
+    T* take(size_t count) {
         size_t bytes = (count * sizeof(T) + 255) & ~size_t(255);
         T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
         used_ += bytes;
@@ -30,7 +31,7 @@ public:
     void* take_bytes(size_t bytes) { return take<char>(bytes); }
     size_t used() const { return used_; }
 
-private:
+  private:
     char* base_;
     size_t used_ = 0;
 };
@@ -107,8 +108,9 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     LLMC_CHECK(grad_accum >= 1, "gradient accumulation steps must be >= 1, got %d", grad_accum);
     m->cfg = cfg;
     m->layout = param_layout(cfg);
-    LLMC_CHECK(host_params.size() == m->layout.total, "parameter count %zu does not match the config (%zu)",
-               host_params.size(), m->layout.total);
+    LLMC_CHECK(host_params.size() == m->layout.total,
+               "parameter count %zu does not match the config (%zu)", host_params.size(),
+               m->layout.total);
     m->B = B, m->T = T, m->grad_accum = grad_accum, m->hyper = hyper;
     m->num_params = m->layout.total;
     const size_t n = m->num_params;
@@ -130,8 +132,8 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     for (size_t i = 0; i < n; i++) converted[i] = from_float<floatX>(host_params[i]);
     CUDA_CHECK(cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
     if (with_master) {
-        CUDA_CHECK(cudaMemcpy(m->master, host_params.data(), n * sizeof(float),
-                              cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(m->master, host_params.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
     ArenaCarver plan(nullptr);
@@ -182,11 +184,13 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
                        p[kQkvb] + layer_slice(lay, kQkvb, l, L), N, C, 3 * C);
         attention_forward(ctx, a.atty + nc, a.att_lse + (size_t)l * NH * N, a.att_scratch, qkv, B,
                           T, C, NH);
-        matmul_forward(ctx, a.proj_out, a.atty + nc, p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
+        matmul_forward(ctx, a.proj_out, a.atty + nc,
+                       p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                        p[kAttprojb] + layer_slice(lay, kAttprojb, l, L), N, C, C);
-        fused_residual_layernorm_forward(ctx, a.residual2 + nc, a.ln2 + nc, a.ln2_mean + (size_t)l * N,
-                                         a.ln2_rstd + (size_t)l * N, residual, a.proj_out,
-                                         p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
+        fused_residual_layernorm_forward(ctx, a.residual2 + nc, a.ln2 + nc,
+                                         a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
+                                         residual, a.proj_out, p[kLn2w] + l * C, p[kLn2b] + l * C,
+                                         N, C);
         matmul_forward(ctx, a.fch_gelu + nc * 4, a.ln2 + nc, p[kFcw] + layer_slice(lay, kFcw, l, L),
                        p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C, a.fch + nc * 4);
         matmul_forward(ctx, a.proj_out, a.fch_gelu + nc * 4,
@@ -199,12 +203,13 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
         float* rstd = last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * N;
         const floatX* w = last ? p[kLnfw] : p[kLn1w] + (l + 1) * C;
         const floatX* b = last ? p[kLnfb] : p[kLn1b] + (l + 1) * C;
-        fused_residual_layernorm_forward(ctx, a.residual3 + nc, ln_out, mean, rstd, a.residual2 + nc,
-                                         a.proj_out, w, b, N, C);
+        fused_residual_layernorm_forward(ctx, a.residual3 + nc, ln_out, mean, rstd,
+                                         a.residual2 + nc, a.proj_out, w, b, N, C);
     }
     matmul_forward(ctx, a.logits, a.lnf, p[kWte], nullptr, N, C, Vp);
     const float dloss = 1.0f / ((float)N * (float)m->grad_accum);
-    fused_classifier(ctx, a.logits, a.losses, d_targets, dloss, N, cfg.vocab_size, Vp, write_dlogits);
+    fused_classifier(ctx, a.logits, a.losses, d_targets, dloss, N, cfg.vocab_size, Vp,
+                     write_dlogits);
     if (d_loss != nullptr) loss_accumulate(ctx, d_loss, a.losses, N, loss_scale);
 }
 
@@ -224,16 +229,18 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     matmul_backward(ctx, a.dln, g[kWte], nullptr, nullptr, a.logits, a.lnf, p[kWte], N, C, Vp);
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
-                       a.residual3 + (size_t)(L - 1) * N * C, p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C);
+                       a.residual3 + (size_t)(L - 1) * N * C, p[kLnfw], a.lnf_mean, a.lnf_rstd, N,
+                       C);
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const size_t nc = (size_t)l * N * C;
         const floatX* residual = l == 0 ? a.encoded : a.residual3 + nc - (size_t)N * C;
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
-                        g[kFcprojb] + layer_slice(lay, kFcprojb, l, L), a.dbias_scratch, a.dresidual,
-                        a.fch_gelu + nc * 4, p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N,
-                        4 * C, C, a.fch + nc * 4);
+                        g[kFcprojb] + layer_slice(lay, kFcprojb, l, L), a.dbias_scratch,
+                        a.dresidual, a.fch_gelu + nc * 4,
+                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C,
+                        a.fch + nc * 4);
         matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
                         g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch, a.ln2 + nc,
                         p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);

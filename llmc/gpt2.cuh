@@ -18,32 +18,32 @@
 #include "precision.cuh"
 
 struct GPT2Activations {
-    floatX* encoded;     // (N, C)     residual stream entering layer 0
-    floatX* ln1;         // (L, N, C)
-    float* ln1_mean;     // (L, N)
-    float* ln1_rstd;     // (L, N)
-    floatX* qkv;         // (L, N, 3C)
-    floatX* atty;        // (L, N, C)
-    float* att_lse;      // (L, B, NH, T)
-    floatX* residual2;   // (L, N, C)  after attention
-    floatX* ln2;         // (L, N, C)
-    float* ln2_mean;     // (L, N)
-    float* ln2_rstd;     // (L, N)
-    floatX* fch;         // (L, N, 4C) GELU input
-    floatX* fch_gelu;    // (L, N, 4C)
-    floatX* residual3;   // (L, N, C)  after the MLP
-    floatX* lnf;         // (N, C)
-    float* lnf_mean;     // (N)
-    float* lnf_rstd;     // (N)
-    floatX* logits;      // (N, Vp)    dlogits after the classifier's backward pass
-    float* losses;       // (N)
-    floatX* proj_out;    // (N, C)     output of a projection before its residual add
+    floatX* encoded;    // (N, C)     residual stream entering layer 0
+    floatX* ln1;        // (L, N, C)
+    float* ln1_mean;    // (L, N)
+    float* ln1_rstd;    // (L, N)
+    floatX* qkv;        // (L, N, 3C)
+    floatX* atty;       // (L, N, C)
+    float* att_lse;     // (L, B, NH, T)
+    floatX* residual2;  // (L, N, C)  after attention
+    floatX* ln2;        // (L, N, C)
+    float* ln2_mean;    // (L, N)
+    float* ln2_rstd;    // (L, N)
+    floatX* fch;        // (L, N, 4C) GELU input
+    floatX* fch_gelu;   // (L, N, 4C)
+    floatX* residual3;  // (L, N, C)  after the MLP
+    floatX* lnf;        // (N, C)
+    float* lnf_mean;    // (N)
+    float* lnf_rstd;    // (N)
+    floatX* logits;     // (N, Vp)    dlogits after the classifier's backward pass
+    float* losses;      // (N)
+    floatX* proj_out;   // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
-    floatX* dresidual;   // (N, C)
-    floatX* dln;         // (N, C)
-    floatX* datty;       // (N, C)
-    floatX* dqkv;        // (N, 3C)
-    floatX* dfch;        // (N, 4C)
+    floatX* dresidual;     // (N, C)
+    floatX* dln;           // (N, C)
+    floatX* datty;         // (N, C)
+    floatX* dqkv;          // (N, 3C)
+    floatX* dfch;          // (N, 4C)
     float* dbias_scratch;  // (max(4C, Vp))
     void* att_scratch;
     void* enc_scratch;
@@ -52,9 +52,9 @@ struct GPT2Activations {
 };
 
 struct GPT2StepIO {  // pinned host memory shared with the device copies of one step
-    int* tokens;        // (grad_accum, 2, N): inputs then targets of each micro-batch
+    int* tokens;     // (grad_accum, 2, N): inputs then targets of each micro-batch
     AdamWStepValues* step_values;
-    float* results;     // [0] mean loss of the step, [1] squared gradient norm
+    float* results;  // [0] mean loss of the step, [1] squared gradient norm
 };
 
 struct GPT2 {
@@ -62,18 +62,18 @@ struct GPT2 {
     llmc::ParamLayout layout;
     int B = 0, T = 0, grad_accum = 1;
     size_t num_params = 0;
-    floatX* params = nullptr;   // one allocation
-    floatX* grads = nullptr;    // one allocation
-    float* opt_state = nullptr; // m, v (and master in bf16): one allocation
+    floatX* params = nullptr;    // one allocation
+    floatX* grads = nullptr;     // one allocation
+    float* opt_state = nullptr;  // m, v (and master in bf16): one allocation
     float *adam_m = nullptr, *adam_v = nullptr, *master = nullptr;
     floatX* param[llmc::kNumParamTensors];
     floatX* grad[llmc::kNumParamTensors];
     void* act_memory = nullptr;
     size_t act_bytes = 0;
     GPT2Activations acts{};
-    int* d_tokens = nullptr;                  // device copy of io.tokens
+    int* d_tokens = nullptr;  // device copy of io.tokens
     AdamWStepValues* d_step_values = nullptr;
-    float* d_results = nullptr;               // [0] loss, [1] squared norm
+    float* d_results = nullptr;  // [0] loss, [1] squared norm
     GPT2StepIO io{};
     AdamWTensors tensors{};
     AdamWHyper hyper{};

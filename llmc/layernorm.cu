@@ -21,8 +21,8 @@
 // Last measured: not yet measured on a GPU.
 #include <cstdint>
 
-#include "layernorm.cuh"
 #include "device_utils.cuh"
+#include "layernorm.cuh"
 #include "nvtx.h"
 
 namespace {

@@ -9,8 +9,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
-void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
-                       const floatX* inp, const floatX* weight, const floatX* bias, int N, int C);
+void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int C);
 
 void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floatX* out,
                                       float* mean, float* rstd, const floatX* inp1,

@@ -84,8 +84,8 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
     }
     if (key.ldaux > 0) {
         int64_t ld = key.ldaux;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ld, sizeof(ld)));
     }
     p->a = key.transa ? make_layout(key.k, key.m, key.lda, key.batch, key.stride_a)
                       : make_layout(key.m, key.k, key.lda, key.batch, key.stride_a);
@@ -99,10 +99,9 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.lt_workspace_bytes,
         sizeof(ctx.lt_workspace_bytes)));
     uint32_t align = static_cast<uint32_t>(key.align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
     }
     int found = 0;
@@ -166,7 +165,8 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(ctx.stream, &capture));
     if (count < 2 || capture != cudaStreamCaptureStatusNone) return;
-    const size_t d_bytes = ((size_t)(c.batch - 1) * c.stride_d + (size_t)c.ldd * c.n) * sizeof(floatX);
+    const size_t d_bytes =
+        ((size_t)(c.batch - 1) * c.stride_d + (size_t)c.ldd * c.n) * sizeof(floatX);
     void* saved = nullptr;
     if (c.beta != 0.0f) {
         CUDA_CHECK(cudaMallocAsync(&saved, d_bytes, ctx.stream));
@@ -205,9 +205,9 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     int align = alignment_of(c.A, c.stride_a * es);
     align = std::min(align, alignment_of(c.B, c.stride_b * es));
     align = std::min(align, alignment_of(c.D, c.stride_d * es));
-    MatmulKey key{c.m,        c.n,        c.k,        c.lda,       c.ldb,
-                  c.ldd,      c.ldaux,    c.batch,    c.stride_a,  c.stride_b,
-                  c.stride_d, c.transa,   c.transb,   c.epilogue,  align};
+    MatmulKey key{c.m,        c.n,      c.k,      c.lda,      c.ldb,
+                  c.ldd,      c.ldaux,  c.batch,  c.stride_a, c.stride_b,
+                  c.stride_d, c.transa, c.transb, c.epilogue, align};
     auto it = ctx.plans.find(key);
     MatmulPlan* p = nullptr;
     if (it == ctx.plans.end()) {
@@ -289,8 +289,8 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     }
     lt_matmul(ctx, w);
     if (dbias != nullptr) {
-        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias,
-                                                                             dbias_scratch, OC);
+        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias, dbias_scratch,
+                                                                              OC);
         CUDA_CHECK_LAST();
     }
 }

@@ -30,8 +30,7 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int IC, int OC,
-                     const floatX* pre_gelu = nullptr);
+                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr);
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,

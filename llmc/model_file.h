@@ -31,19 +31,22 @@ constexpr int kNumParamTensors = 16;
 
 // Parameter tensors, in file order. Linear weights are (out_features, in_features), row-major.
 enum ParamIndex {
-    kWte = 0,      // (Vp, C)
-    kWpe,          // (maxT, C)
-    kLn1w, kLn1b,  // (L, C)
-    kQkvw,         // (L, 3C, C)
-    kQkvb,         // (L, 3C)
-    kAttprojw,     // (L, C, C)
-    kAttprojb,     // (L, C)
-    kLn2w, kLn2b,  // (L, C)
-    kFcw,          // (L, 4C, C)
-    kFcb,          // (L, 4C)
-    kFcprojw,      // (L, C, 4C)
-    kFcprojb,      // (L, C)
-    kLnfw, kLnfb,  // (C)
+    kWte = 0,  // (Vp, C)
+    kWpe,      // (maxT, C)
+    kLn1w,
+    kLn1b,      // (L, C)
+    kQkvw,      // (L, 3C, C)
+    kQkvb,      // (L, 3C)
+    kAttprojw,  // (L, C, C)
+    kAttprojb,  // (L, C)
+    kLn2w,
+    kLn2b,     // (L, C)
+    kFcw,      // (L, 4C, C)
+    kFcb,      // (L, 4C)
+    kFcprojw,  // (L, C, 4C)
+    kFcprojb,  // (L, C)
+    kLnfw,
+    kLnfb,  // (C)
 };
 extern const char* const kParamNames[kNumParamTensors];
 
@@ -84,10 +87,10 @@ void write_model_file(const std::string& path, const GPT2Config& cfg, const floa
 
 struct DebugState {
     int B = 0, T = 0;
-    std::vector<int> x, y;       // B*T each
-    std::vector<float> logits;   // B*T*V
+    std::vector<int> x, y;      // B*T each
+    std::vector<float> logits;  // B*T*V
     float loss = 0.0f;
-    std::vector<float> grads;    // param_layout(cfg).total
+    std::vector<float> grads;  // param_layout(cfg).total
     // trailer (n_steps == 0 when the file has none)
     int n_steps = 0;
     float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;

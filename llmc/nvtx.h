@@ -6,7 +6,7 @@
 #include <cstdio>
 
 class NvtxRange {
-public:
+  public:
     explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
     NvtxRange(const char* prefix, int index) {
         char buf[64];
