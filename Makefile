@@ -1,12 +1,15 @@
 # GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH (default sm_90) on any
 # machine, a GPU is not needed to build. `make test` runs every test this machine can run.
 #
-#   make [PRECISION=FP32|BF16] [GPU_ARCH=sm_90]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
+#   make [PRECISION=FP32|BF16] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
+#                                                  (GPU_ARCH: the local GPU's, or sm_90 without one)
 #   make test                                      build (and compile the BF16 objects), install/check deps, run tests
 #   make clean
 
 PRECISION ?= FP32
-GPU_ARCH ?= sm_90
+# The local GPU's architecture when nvidia-smi sees one, else sm_90 (H100/H200).
+LOCAL_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d . | tr -d ' ')
+GPU_ARCH ?= $(if $(LOCAL_CC),sm_$(LOCAL_CC),sm_90)
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CXX ?= g++
