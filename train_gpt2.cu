@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -33,13 +34,33 @@ float lr_at_step(const TrainConfig& tc, int step) {  // step is 1-based
     return tc.lr;
 }
 
-// Fills micro-batch slots of io.tokens: inputs then targets for each micro-step.
-void fill_tokens(DataLoader* loader, GPT2* m, int micro_steps) {
+// Fills micro-batch slots of io.tokens: inputs then targets for each micro-step. Returns the
+// host milliseconds it took: the time the GPU waits for data, since the step launches after it.
+// With prefetch the loader's thread has read the batches during the previous step, and this is
+// a copy out of its ring.
+double fill_tokens(DataLoader* loader, GPT2* m, int micro_steps) {
+    const auto t0 = std::chrono::steady_clock::now();
     const size_t N = (size_t)m->B * m->T;
     for (int i = 0; i < micro_steps; i++) {
         int* slot = m->io.tokens + (size_t)i * 2 * N;
         dataloader_next_batch(loader, slot, slot + N);
     }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The train loader shuffles per epoch from the run's seed and prefetches a whole step's micro-
+// batches; the validation loader keeps name order so every validation sees the same batches.
+void init_loaders(const TrainConfig& tc, int vocab_size, int grad_accum, DataLoader* train,
+                  DataLoader* val) {
+    DataLoaderOptions train_opts;
+    train_opts.shuffle = tc.shuffle != 0;
+    train_opts.seed = tc.seed;
+    train_opts.prefetch = tc.prefetch ? std::max(2, grad_accum) : 0;
+    dataloader_init(train, tc.train_pattern, tc.B, tc.T, vocab_size, 0, 1, train_opts);
+    if (tc.val_pattern.empty()) return;
+    DataLoaderOptions val_opts;
+    val_opts.prefetch = tc.prefetch ? 2 : 0;
+    dataloader_init(val, tc.val_pattern, tc.B, tc.T, vocab_size, 0, 1, val_opts);
 }
 
 float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches) {
@@ -90,14 +111,15 @@ int main(int argc, char** argv) {
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
     // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_pattern, tc.B, tc.T, cfg.vocab_size);
+    init_loaders(tc, cfg.vocab_size, grad_accum, &train_loader, &val_loader);
     const bool has_val = !tc.val_pattern.empty();
-    if (has_val) dataloader_init(&val_loader, tc.val_pattern, tc.B, tc.T, cfg.vocab_size);
 
     Context ctx;
     context_init(&ctx, tc.device, tc.tf32 != 0);
     ctx.autotune = tc.autotune != 0;
     print_train_config(tc, stdout);
+    std::printf("train data       %zu shards, %zu batches per epoch\n", train_loader.files.size(),
+                dataloader_num_batches(train_loader));
     if (preset) {
         std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);
         gpt2_init_random(cfg, tc.seed, &host_params);
@@ -121,10 +143,10 @@ int main(int argc, char** argv) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> step_ms;
+    std::vector<double> step_ms, data_ms;
     std::vector<float> losses;
     for (int step = 1; step <= tc.steps; step++) {
-        fill_tokens(&train_loader, &model, grad_accum);
+        data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum));
         model.io.step_values->lr = lr_at_step(tc, step);
         model.io.step_values->step = step;
         CUDA_CHECK(cudaEventRecord(start, ctx.stream));
@@ -153,6 +175,8 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double peak_mib = (total_b - free_b) / 1048576.0;
     const double med = median(step_ms);
+    std::printf("data wait: median %.3f ms, max %.3f ms per step before launch (prefetch %d, shuffle %d)\n",
+                median(data_ms), *std::max_element(data_ms.begin(), data_ms.end()), tc.prefetch, tc.shuffle);
     const double tok_s = med > 0 ? tc.total_batch / (med / 1e3) : 0.0;
     const double mfu = (med > 0 && peak_tflops > 0) ? flops_per_step / (med / 1e3) / (peak_tflops * 1e12) : 0.0;
     std::printf("summary: median step %.2f ms over %zu steps | %.0f tok/s | MFU %.1f%% | device memory in use %.0f MiB\n",

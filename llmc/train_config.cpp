@@ -18,7 +18,12 @@ const char* kHelp =
     "  -j GLOB      validation shards (default: none)\n"
     "  -e MODEL     model file (llm.c format) or preset d12|d24|d36|d48 (default d12)\n"
     "  -o DIR       write the trained model to DIR/model.bin at the end (default: none)\n"
-    "  -s SEED      seed of the random initialisation of a preset (default 42)\n"
+    "  -s SEED      seed of a preset's random initialisation and of the shuffle (default 42)\n"
+    "  --shuffle 0|1   visit the training shards, and each shard's batches, in a new order every\n"
+    "               epoch drawn from the seed (default 1; 0: name order). Validation is never\n"
+    "               shuffled\n"
+    "  --prefetch 0|1  read and shuffle batches on a background thread while the GPU computes\n"
+    "               (default 1; 0 reads them between steps, for comparison)\n"
     "batch:\n"
     "  -b B         micro-batch size in sequences (default 4)\n"
     "  -t T         sequence length, at most the model's maxT (default 1024)\n"
@@ -111,6 +116,8 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
         else if (is("--graph")) c->graph = (int)parse_int(f, v, 0, 1);
         else if (is("--autotune")) c->autotune = (int)parse_int(f, v, 0, 1);
         else if (is("--device")) c->device = (int)parse_int(f, v, 0, 1024);
+        else if (is("--shuffle")) c->shuffle = (int)parse_int(f, v, 0, 1);
+        else if (is("--prefetch")) c->prefetch = (int)parse_int(f, v, 0, 1);
         else if (is("--json-summary")) c->json_summary = v;
         else usage_error("unknown option '%s'", f);
     }
@@ -140,6 +147,7 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "grad clip        %g\n", c.grad_clip);
     std::fprintf(out, "val every, batch %d, %d\n", c.val_every, c.val_batches);
     std::fprintf(out, "seed             %llu\n", c.seed);
+    std::fprintf(out, "shuffle, prefetch %d, %d\n", c.shuffle, c.prefetch);
     std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
     std::fprintf(out, "device           %d\n", c.device);
 }

@@ -23,11 +23,13 @@ struct TrainConfig {
     float grad_clip = 1.0f;                 // -g  clip the global gradient norm (0 = off)
     int val_every = 0;                      // -v  validate every N steps (0 = only at the end)
     int val_batches = 20;                   // -m  batches per validation
-    unsigned long long seed = 42;           // -s  seed of the random initialisation (presets)
+    unsigned long long seed = 42;           // -s  seed of the random init (presets) and shuffle
     int tf32 = 1;                           // --tf32 0|1  TF32 matmuls in the fp32 build
     int graph = 1;                          // --graph 0|1 replay the step as a CUDA graph
     int autotune = 1;                       // --autotune 0|1 time cuBLASLt's candidates once
     int device = 0;                         // --device    CUDA device index
+    int shuffle = 1;                        // --shuffle 0|1 train batches in a seeded order per epoch
+    int prefetch = 1;                       // --prefetch 0|1 read batches ahead on a thread
     std::string json_summary;               // --json-summary PATH  benchmark summary
 };
 

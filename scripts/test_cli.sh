@@ -30,10 +30,17 @@ expect 2 "needs a whole number" -i x -t 12x
 expect 2 "not a multiple of B\*T" -i x -b 4 -t 64 -d 1000
 expect 2 "needs a value" -i
 expect 2 "--tf32 must be in" -i x --tf32 2
+expect 2 "--shuffle must be in" -i x --shuffle 2
+expect 2 "--prefetch needs a whole number" -i x --prefetch on
 expect 1 "could not open the model file" -i x -e "$tmp/missing_model.bin"
 expect 2 "longer than the model's maximum" -i x -t 2048
 expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64
 printf 'not a model file at all, far too short' >"$tmp/junk.bin"
 expect 1 "junk.bin" -i x -e "$tmp/junk.bin"
+# A shard whose ids are all 65535, past GPT-2's vocabulary: refused at init, prefetch or not.
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x08\x00\x00\x00'; head -c 1012 /dev/zero
+  head -c 16 /dev/zero | tr '\0' '\377'; } >"$tmp/bad_ids.bin"
+expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4
+expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4 --prefetch 0 --shuffle 0
 echo "test_cli: $ok passed, $bad failed"
 [ "$bad" = 0 ]
