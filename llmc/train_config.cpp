@@ -41,6 +41,8 @@ const char* kHelp =
     "runtime:\n"
     "  --tf32 0|1   TF32 tensor cores in fp32 matmuls (default 1, PyTorch's 'high')\n"
     "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
+    "  --overfit-batch 0|1  train on the first batch every step (default 0): a model that\n"
+    "               cannot drive this loss toward 0 has a bug; also times steps without loading\n"
     "  --autotune 0|1  time cuBLASLt's candidate kernels once per shape and keep the fastest\n"
     "               (default 1; 0 takes the heuristic's pick, identical on every run)\n"
     "  --device N   CUDA device (default 0)\n"
@@ -114,6 +116,7 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
         else if (is("-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
         else if (is("--tf32")) c->tf32 = (int)parse_int(f, v, 0, 1);
         else if (is("--graph")) c->graph = (int)parse_int(f, v, 0, 1);
+        else if (is("--overfit-batch")) c->overfit_batch = (int)parse_int(f, v, 0, 1);
         else if (is("--autotune")) c->autotune = (int)parse_int(f, v, 0, 1);
         else if (is("--device")) c->device = (int)parse_int(f, v, 0, 1024);
         else if (is("--shuffle")) c->shuffle = (int)parse_int(f, v, 0, 1);
@@ -147,7 +150,7 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "grad clip        %g\n", c.grad_clip);
     std::fprintf(out, "val every, batch %d, %d\n", c.val_every, c.val_batches);
     std::fprintf(out, "seed             %llu\n", c.seed);
-    std::fprintf(out, "shuffle, prefetch %d, %d\n", c.shuffle, c.prefetch);
+    std::fprintf(out, "shuffle, prefetch, overfit %d, %d, %d\n", c.shuffle, c.prefetch, c.overfit_batch);
     std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
     std::fprintf(out, "device           %d\n", c.device);
 }

@@ -30,6 +30,7 @@ struct TrainConfig {
     int device = 0;                         // --device    CUDA device index
     int shuffle = 1;                        // --shuffle 0|1 train batches in a seeded order per epoch
     int prefetch = 1;                       // --prefetch 0|1 read batches ahead on a thread
+    int overfit_batch = 0;                  // --overfit-batch 0|1 train on the first batch only
     std::string json_summary;               // --json-summary PATH  benchmark summary
 };
 
