@@ -68,6 +68,21 @@ if [ "$quick" != "--quick" ]; then
     fi
     step bench bash scripts/bench.sh -s 50 ${data:+-d "$data"} -o "$OUT/bench"
     sed -n '/^| config/,$p' "$OUT/bench.log"
+    # Data pipeline: the loader's cost (wall-clock step with prefetch, without, and with no
+    # loading at all), and the tokenizer's throughput against native tiktoken.
+    if [ -n "$data" ]; then
+        for mode in "--prefetch 1" "--prefetch 0" "--overfit-batch 1"; do
+            tag=$(echo "$mode" | tr -d ' -')
+            step "loader_$tag" ./train_gpt2cu -i "$data" -e d12 -b 4 -t 1024 -x 80 -l 1e-4 $mode
+            grep -E "wall clock|data wait" "$OUT/loader_$tag.log" | sed "s/^/  [$tag] /"
+        done
+    fi
+    if [ -x build/host/dev/bench_tokenizer ] && [ -f build/tokenizer/encoder.json ]; then
+        for i in 1 2 3 4 5 6 7 8 9 10; do cat .carry/tinyshakespeare.txt; done >"$D/ts10.txt"
+        step tokenizer_bench "$PY" scripts/bench_tokenizer.py --text "$D/ts10.txt" --dir build/tokenizer \
+            --threads 1,16 --bench build/host/dev/bench_tokenizer
+        tail -n 8 "$OUT/tokenizer_bench.log"
+    fi
 fi
 echo
 echo "== device check, commit $(cat "$OUT/commit.txt"), $(sed -n 2p "$OUT/gpu.txt")"
