@@ -37,6 +37,11 @@ for t in build/host/dev/test_*; do
     [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
+if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
+    run test_prepare_data bash dev/test_prepare_data.sh
+else
+    skip test_prepare_data "GPT-2's tokenizer files unavailable (scripts/tokenizer_files.sh build/tokenizer failed)"
+fi
 
 # --- CPU reference against PyTorch ----------------------------------------------------------
 SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 3 -t 77
