@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -73,6 +75,23 @@ float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches)
     return (float)(sum / batches);
 }
 
+// Creates dir and its parents (mkdir -p). Called before training so that an unwritable output
+// directory is refused at start, not after hours of training.
+void make_output_dir(const std::string& dir) {
+    for (size_t pos = 1; pos <= dir.size(); pos++) {
+        if (pos != dir.size() && dir[pos] != '/') continue;
+        const std::string part = dir.substr(0, pos);
+        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+            LLMC_FAIL("cannot create the output directory '%s' (%s)", part.c_str(), std::strerror(errno));
+        }
+    }
+    const std::string probe = dir + "/.write_test";
+    FILE* f = std::fopen(probe.c_str(), "w");
+    LLMC_CHECK(f != nullptr, "the output directory '%s' is not writable (%s)", dir.c_str(), std::strerror(errno));
+    std::fclose(f);
+    std::remove(probe.c_str());
+}
+
 double median(std::vector<double> v) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
@@ -111,6 +130,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
+    if (!tc.output_dir.empty()) make_output_dir(tc.output_dir);
     // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
     init_loaders(tc, cfg.vocab_size, grad_accum, &train_loader, &val_loader);
@@ -195,7 +215,6 @@ int main(int argc, char** argv) {
     if (!tc.json_summary.empty())
         write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib, losses);
     if (!tc.output_dir.empty()) {
-        mkdir(tc.output_dir.c_str(), 0755);
         std::vector<float> trained;
         gpt2_download_params(ctx, model, &trained);
         const std::string path = tc.output_dir + "/model.bin";

@@ -35,6 +35,8 @@ expect 2 "--prefetch needs a whole number" -i x --prefetch on
 expect 1 "could not open the model file" -i x -e "$tmp/missing_model.bin"
 expect 2 "longer than the model's maximum" -i x -t 2048
 expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64
+touch "$tmp/file"
+expect 1 "cannot create the output directory" -i x -t 64 -o "$tmp/file/sub"
 printf 'not a model file at all, far too short' >"$tmp/junk.bin"
 expect 1 "junk.bin" -i x -e "$tmp/junk.bin"
 # A shard whose ids are all 65535, past GPT-2's vocabulary: refused at init, prefetch or not.
