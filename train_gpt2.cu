@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -82,12 +82,14 @@ void make_output_dir(const std::string& dir) {
         if (pos != dir.size() && dir[pos] != '/') continue;
         const std::string part = dir.substr(0, pos);
         if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-            LLMC_FAIL("cannot create the output directory '%s' (%s)", part.c_str(), std::strerror(errno));
+            LLMC_FAIL("cannot create the output directory '%s' (%s)", part.c_str(),
+                      std::strerror(errno));
         }
     }
     const std::string probe = dir + "/.write_test";
     FILE* f = std::fopen(probe.c_str(), "w");
-    LLMC_CHECK(f != nullptr, "the output directory '%s' is not writable (%s)", dir.c_str(), std::strerror(errno));
+    LLMC_CHECK(f != nullptr, "the output directory '%s' is not writable (%s)", dir.c_str(),
+               std::strerror(errno));
     std::fclose(f);
     std::remove(probe.c_str());
 }
@@ -105,11 +107,12 @@ void write_json_summary(const std::string& path, const TrainConfig& tc, const Co
     LLMC_CHECK(f != nullptr, "cannot write the summary file %s", path.c_str());
     std::fprintf(f, "{\"median_ms\": %.4f, \"wall_ms\": %.4f, \"tok_per_s\": %.1f, \"mfu\": %.4f, ",
                  median_ms, wall_ms, tok_s, mfu);
-    std::fprintf(f, "\"peak_mem_mib\": %.1f, \"prefetch\": %d, \"overfit_batch\": %d, ", peak_mib, tc.prefetch,
-                 tc.overfit_batch);
+    std::fprintf(f, "\"peak_mem_mib\": %.1f, \"prefetch\": %d, \"overfit_batch\": %d, ", peak_mib,
+                 tc.prefetch, tc.overfit_batch);
     std::fprintf(f, "\"B\": %d, \"T\": %d, \"steps\": %d, \"precision\": \"%s\", \"tf32\": %d, ",
                  tc.B, tc.T, tc.steps, kPrecisionName, tc.tf32);
-    std::fprintf(f, "\"graph\": %d, \"device_name\": \"%s\", \"losses\": [", tc.graph, ctx.props.name);
+    std::fprintf(f, "\"graph\": %d, \"device_name\": \"%s\", \"losses\": [", tc.graph,
+                 ctx.props.name);
     for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.6f", i ? ", " : "", losses[i]);
     std::fprintf(f, "]}\n");
     std::fclose(f);
@@ -143,7 +146,8 @@ int main(int argc, char** argv) {
     std::printf("train data       %zu shards, %zu batches per epoch\n", train_loader.files.size(),
                 dataloader_num_batches(train_loader));
     if (preset) {
-        std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(), tc.seed);
+        std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(),
+                    tc.seed);
         gpt2_init_random(cfg, tc.seed, &host_params);
     }
 
@@ -153,13 +157,15 @@ int main(int argc, char** argv) {
     const char* mm_precision = sizeof(floatX) == 2 ? "bf16" : (tc.tf32 ? "tf32" : "fp32");
     const double peak_tflops = device_peak_tflops(ctx.props.name, mm_precision);
     std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
-                ctx.props.name, ctx.props.multiProcessorCount, kPrecisionName, mm_precision, peak_tflops);
+                ctx.props.name, ctx.props.multiProcessorCount, kPrecisionName, mm_precision,
+                peak_tflops);
     std::printf("config           L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %.1fM parameters\n",
                 cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, model.num_params / 1e6);
-    std::printf("memory           params+grads %.0f MiB, optimizer %.0f MiB, activations %.0f MiB\n",
-                2.0 * model.num_params * sizeof(floatX) / 1048576.0,
-                (model.master ? 3.0 : 2.0) * model.num_params * 4 / 1048576.0, model.act_bytes / 1048576.0);
+    std::printf(
+        "memory           params+grads %.0f MiB, optimizer %.0f MiB, activations %.0f MiB\n",
+        2.0 * model.num_params * sizeof(floatX) / 1048576.0,
+        (model.master ? 3.0 : 2.0) * model.num_params * 4 / 1048576.0, model.act_bytes / 1048576.0);
 
     const double flops_per_step = gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch;
     cudaEvent_t start, stop;
@@ -170,24 +176,30 @@ int main(int argc, char** argv) {
     for (int step = 1; step <= tc.steps; step++) {
         const auto wall0 = std::chrono::steady_clock::now();
         // --overfit-batch keeps the first batch: no loading at all after step 1.
-        if (!tc.overfit_batch || step == 1) data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum));
+        if (!tc.overfit_batch || step == 1)
+            data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum));
         model.io.step_values->lr = lr_at_step(tc, step);
         model.io.step_values->step = step;
         CUDA_CHECK(cudaEventRecord(start, ctx.stream));
         gpt2_step(ctx, &model, tc.graph != 0);
         CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
         CUDA_CHECK(cudaEventSynchronize(stop));
-        const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+        const double wall =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0)
+                .count();
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
         const float loss = model.io.results[0];
         const float norm = std::sqrt(model.io.results[1]);
         const double tok_s = tc.total_batch / (ms / 1e3);
-        const double mfu = peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
-        std::printf("step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU %.1f%%\n",
-                    step, tc.steps, loss, norm, model.io.step_values->lr, ms, tok_s, 100.0 * mfu);
+        const double mfu =
+            peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
+        std::printf(
+            "step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU %.1f%%\n",
+            step, tc.steps, loss, norm, model.io.step_values->lr, ms, tok_s, 100.0 * mfu);
         std::fflush(stdout);
-        if (!std::isfinite(loss)) std::fprintf(stderr, "warning: loss is not finite at step %d\n", step);
+        if (!std::isfinite(loss))
+            std::fprintf(stderr, "warning: loss is not finite at step %d\n", step);
         losses.push_back(loss);
         // The first step builds plans and the second captures the graph: neither is timed.
         if (step > 2) {
@@ -196,24 +208,32 @@ int main(int argc, char** argv) {
         }
         if (has_val && ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps)) {
             std::printf("val loss %.6f (step %d, %d batches)\n",
-                        validation_loss(ctx, &model, &val_loader, tc.val_batches), step, tc.val_batches);
+                        validation_loss(ctx, &model, &val_loader, tc.val_batches), step,
+                        tc.val_batches);
         }
     }
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double peak_mib = (total_b - free_b) / 1048576.0;
     const double med = median(step_ms);
-    std::printf("data wait: median %.3f ms, max %.3f ms per step before launch (prefetch %d, shuffle %d, overfit %d)\n",
-                median(data_ms), *std::max_element(data_ms.begin(), data_ms.end()), tc.prefetch, tc.shuffle,
-                tc.overfit_batch);
+    std::printf(
+        "data wait: median %.3f ms, max %.3f ms per step before launch (prefetch %d, shuffle %d, "
+        "overfit %d)\n",
+        median(data_ms), *std::max_element(data_ms.begin(), data_ms.end()), tc.prefetch, tc.shuffle,
+        tc.overfit_batch);
     // Wall clock covers the host's batch fill, the launch and the wait: what the loader costs.
-    std::printf("wall clock: median %.3f ms per step (data fill + launch + GPU)\n", median(wall_ms));
+    std::printf("wall clock: median %.3f ms per step (data fill + launch + GPU)\n",
+                median(wall_ms));
     const double tok_s = med > 0 ? tc.total_batch / (med / 1e3) : 0.0;
-    const double mfu = (med > 0 && peak_tflops > 0) ? flops_per_step / (med / 1e3) / (peak_tflops * 1e12) : 0.0;
-    std::printf("summary: median step %.2f ms over %zu steps | %.0f tok/s | MFU %.1f%% | device memory in use %.0f MiB\n",
-                med, step_ms.size(), tok_s, 100.0 * mfu, peak_mib);
+    const double mfu =
+        (med > 0 && peak_tflops > 0) ? flops_per_step / (med / 1e3) / (peak_tflops * 1e12) : 0.0;
+    std::printf(
+        "summary: median step %.2f ms over %zu steps | %.0f tok/s | MFU %.1f%% | device memory in "
+        "use %.0f MiB\n",
+        med, step_ms.size(), tok_s, 100.0 * mfu, peak_mib);
     if (!tc.json_summary.empty())
-        write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib, losses);
+        write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib,
+                           losses);
     if (!tc.output_dir.empty()) {
         std::vector<float> trained;
         gpt2_download_params(ctx, model, &trained);

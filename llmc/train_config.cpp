@@ -62,7 +62,8 @@ long long parse_int(const char* flag, const char* text, long long lo, long long 
     char* end = nullptr;
     errno = 0;
     long long v = std::strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0') usage_error("%s needs a whole number, got '%s'", flag, text);
+    if (errno != 0 || end == text || *end != '\0')
+        usage_error("%s needs a whole number, got '%s'", flag, text);
     if (v < lo || v > hi) {
         char range[96];
         std::snprintf(range, sizeof(range), "%lld..%lld, got %s", lo, hi, text);
@@ -75,7 +76,8 @@ float parse_float(const char* flag, const char* text, double lo, double hi) {
     char* end = nullptr;
     errno = 0;
     double v = std::strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0') usage_error("%s needs a number, got '%s'", flag, text);
+    if (errno != 0 || end == text || *end != '\0')
+        usage_error("%s needs a number, got '%s'", flag, text);
     if (!(v >= lo && v <= hi)) {
         char range[96];
         std::snprintf(range, sizeof(range), "[%g, %g], got %s", lo, hi, text);
@@ -96,61 +98,92 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
         if (i + 1 >= argc) usage_error("%s needs a value", f);
         const char* v = argv[++i];
         auto is = [f](const char* name) { return std::strcmp(f, name) == 0; };
-        if (is("-i")) c->train_pattern = v;
-        else if (is("-j")) c->val_pattern = v;
-        else if (is("-e")) c->model = v;
-        else if (is("-o")) c->output_dir = v;
-        else if (is("-s")) c->seed = (unsigned long long)parse_int(f, v, 0, (1ll << 62));
-        else if (is("-b")) c->B = (int)parse_int(f, v, 1, 1 << 16);
-        else if (is("-t")) c->T = (int)parse_int(f, v, 1, 1 << 20);
-        else if (is("-d")) c->total_batch = parse_int(f, v, 1, 1ll << 40);
-        else if (is("-x")) c->steps = (int)parse_int(f, v, 1, 1 << 30);
-        else if (is("-l")) c->lr = parse_float(f, v, 0.0, 10.0);
-        else if (is("-u")) c->warmup = (int)parse_int(f, v, 0, 1 << 30);
-        else if (is("-c")) c->weight_decay = parse_float(f, v, 0.0, 10.0);
-        else if (is("-g")) c->grad_clip = parse_float(f, v, 0.0, 1e9);
-        else if (is("--beta1")) c->beta1 = parse_float(f, v, 0.0, 0.999999);
-        else if (is("--beta2")) c->beta2 = parse_float(f, v, 0.0, 0.999999);
-        else if (is("--eps")) c->eps = parse_float(f, v, 1e-30, 1.0);
-        else if (is("-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
-        else if (is("-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
-        else if (is("--tf32")) c->tf32 = (int)parse_int(f, v, 0, 1);
-        else if (is("--graph")) c->graph = (int)parse_int(f, v, 0, 1);
-        else if (is("--overfit-batch")) c->overfit_batch = (int)parse_int(f, v, 0, 1);
-        else if (is("--autotune")) c->autotune = (int)parse_int(f, v, 0, 1);
-        else if (is("--device")) c->device = (int)parse_int(f, v, 0, 1024);
-        else if (is("--shuffle")) c->shuffle = (int)parse_int(f, v, 0, 1);
-        else if (is("--prefetch")) c->prefetch = (int)parse_int(f, v, 0, 1);
-        else if (is("--json-summary")) c->json_summary = v;
-        else usage_error("unknown option '%s'", f);
+        if (is("-i"))
+            c->train_pattern = v;
+        else if (is("-j"))
+            c->val_pattern = v;
+        else if (is("-e"))
+            c->model = v;
+        else if (is("-o"))
+            c->output_dir = v;
+        else if (is("-s"))
+            c->seed = (unsigned long long)parse_int(f, v, 0, (1ll << 62));
+        else if (is("-b"))
+            c->B = (int)parse_int(f, v, 1, 1 << 16);
+        else if (is("-t"))
+            c->T = (int)parse_int(f, v, 1, 1 << 20);
+        else if (is("-d"))
+            c->total_batch = parse_int(f, v, 1, 1ll << 40);
+        else if (is("-x"))
+            c->steps = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("-l"))
+            c->lr = parse_float(f, v, 0.0, 10.0);
+        else if (is("-u"))
+            c->warmup = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("-c"))
+            c->weight_decay = parse_float(f, v, 0.0, 10.0);
+        else if (is("-g"))
+            c->grad_clip = parse_float(f, v, 0.0, 1e9);
+        else if (is("--beta1"))
+            c->beta1 = parse_float(f, v, 0.0, 0.999999);
+        else if (is("--beta2"))
+            c->beta2 = parse_float(f, v, 0.0, 0.999999);
+        else if (is("--eps"))
+            c->eps = parse_float(f, v, 1e-30, 1.0);
+        else if (is("-v"))
+            c->val_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("-m"))
+            c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("--tf32"))
+            c->tf32 = (int)parse_int(f, v, 0, 1);
+        else if (is("--graph"))
+            c->graph = (int)parse_int(f, v, 0, 1);
+        else if (is("--overfit-batch"))
+            c->overfit_batch = (int)parse_int(f, v, 0, 1);
+        else if (is("--autotune"))
+            c->autotune = (int)parse_int(f, v, 0, 1);
+        else if (is("--device"))
+            c->device = (int)parse_int(f, v, 0, 1024);
+        else if (is("--shuffle"))
+            c->shuffle = (int)parse_int(f, v, 0, 1);
+        else if (is("--prefetch"))
+            c->prefetch = (int)parse_int(f, v, 0, 1);
+        else if (is("--json-summary"))
+            c->json_summary = v;
+        else
+            usage_error("unknown option '%s'", f);
     }
-    if (c->train_pattern.empty()) usage_error("%s", "training shards are required: pass -i 'DIR/*_train.bin'");
+    if (c->train_pattern.empty())
+        usage_error("%s", "training shards are required: pass -i 'DIR/*_train.bin'");
     const long long bt = (long long)c->B * c->T;
     if (c->total_batch < 0) c->total_batch = bt;
     if (c->total_batch % bt != 0) {
         char msg[160];
-        std::snprintf(msg, sizeof(msg), "%lld is not a multiple of B*T = %d*%d = %lld", c->total_batch,
-                      c->B, c->T, bt);
+        std::snprintf(msg, sizeof(msg), "%lld is not a multiple of B*T = %d*%d = %lld",
+                      c->total_batch, c->B, c->T, bt);
         usage_error("total batch (-d) %s", msg);
     }
 }
 
 void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "train shards     %s\n", c.train_pattern.c_str());
-    std::fprintf(out, "val shards       %s\n", c.val_pattern.empty() ? "(none)" : c.val_pattern.c_str());
+    std::fprintf(out, "val shards       %s\n",
+                 c.val_pattern.empty() ? "(none)" : c.val_pattern.c_str());
     std::fprintf(out, "model            %s\n", c.model.c_str());
-    std::fprintf(out, "output dir       %s\n", c.output_dir.empty() ? "(none)" : c.output_dir.c_str());
+    std::fprintf(out, "output dir       %s\n",
+                 c.output_dir.empty() ? "(none)" : c.output_dir.c_str());
     std::fprintf(out, "B, T             %d, %d\n", c.B, c.T);
     std::fprintf(out, "tokens per step  %lld (%lld micro-steps)\n", c.total_batch,
                  c.total_batch / ((long long)c.B * c.T));
     std::fprintf(out, "steps            %d\n", c.steps);
     std::fprintf(out, "lr, warmup       %g, %d\n", c.lr, c.warmup);
-    std::fprintf(out, "AdamW            beta1 %g beta2 %g eps %g weight decay %g\n", c.beta1, c.beta2,
-                 c.eps, c.weight_decay);
+    std::fprintf(out, "AdamW            beta1 %g beta2 %g eps %g weight decay %g\n", c.beta1,
+                 c.beta2, c.eps, c.weight_decay);
     std::fprintf(out, "grad clip        %g\n", c.grad_clip);
     std::fprintf(out, "val every, batch %d, %d\n", c.val_every, c.val_batches);
     std::fprintf(out, "seed             %llu\n", c.seed);
-    std::fprintf(out, "shuffle, prefetch, overfit %d, %d, %d\n", c.shuffle, c.prefetch, c.overfit_batch);
+    std::fprintf(out, "shuffle, prefetch, overfit %d, %d, %d\n", c.shuffle, c.prefetch,
+                 c.overfit_batch);
     std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
     std::fprintf(out, "device           %d\n", c.device);
 }

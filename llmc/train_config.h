@@ -7,31 +7,31 @@
 namespace llmc {
 
 struct TrainConfig {
-    std::string train_pattern;              // -i  glob of training shards (required)
-    std::string val_pattern;                // -j  glob of validation shards ("" = no validation)
-    std::string model = "d12";              // -e  model file, or a preset d12|d24|d36|d48
-    std::string output_dir;                 // -o  where the final model is written ("" = none)
-    int B = 4;                              // -b  micro-batch size (sequences)
-    int T = 1024;                           // -t  sequence length
-    long long total_batch = -1;             // -d  tokens per step; -1 = B*T (no accumulation)
-    int steps = 20;                         // -x  optimizer steps
-    float lr = 3e-4f;                       // -l  peak learning rate
-    int warmup = 0;                         // -u  linear warmup steps, then constant
-    float weight_decay = 0.0f;              // -c  AdamW decay (2-D weights only)
-    float beta1 = 0.9f, beta2 = 0.95f;      //     AdamW moments
-    float eps = 1e-8f;                      //     AdamW epsilon
-    float grad_clip = 1.0f;                 // -g  clip the global gradient norm (0 = off)
-    int val_every = 0;                      // -v  validate every N steps (0 = only at the end)
-    int val_batches = 20;                   // -m  batches per validation
-    unsigned long long seed = 42;           // -s  seed of the random init (presets) and shuffle
-    int tf32 = 1;                           // --tf32 0|1  TF32 matmuls in the fp32 build
-    int graph = 1;                          // --graph 0|1 replay the step as a CUDA graph
-    int autotune = 1;                       // --autotune 0|1 time cuBLASLt's candidates once
-    int device = 0;                         // --device    CUDA device index
-    int shuffle = 1;                        // --shuffle 0|1 train batches in a seeded order per epoch
-    int prefetch = 1;                       // --prefetch 0|1 read batches ahead on a thread
-    int overfit_batch = 0;                  // --overfit-batch 0|1 train on the first batch only
-    std::string json_summary;               // --json-summary PATH  benchmark summary
+    std::string train_pattern;          // -i  glob of training shards (required)
+    std::string val_pattern;            // -j  glob of validation shards ("" = no validation)
+    std::string model = "d12";          // -e  model file, or a preset d12|d24|d36|d48
+    std::string output_dir;             // -o  where the final model is written ("" = none)
+    int B = 4;                          // -b  micro-batch size (sequences)
+    int T = 1024;                       // -t  sequence length
+    long long total_batch = -1;         // -d  tokens per step; -1 = B*T (no accumulation)
+    int steps = 20;                     // -x  optimizer steps
+    float lr = 3e-4f;                   // -l  peak learning rate
+    int warmup = 0;                     // -u  linear warmup steps, then constant
+    float weight_decay = 0.0f;          // -c  AdamW decay (2-D weights only)
+    float beta1 = 0.9f, beta2 = 0.95f;  //     AdamW moments
+    float eps = 1e-8f;                  //     AdamW epsilon
+    float grad_clip = 1.0f;             // -g  clip the global gradient norm (0 = off)
+    int val_every = 0;                  // -v  validate every N steps (0 = only at the end)
+    int val_batches = 20;               // -m  batches per validation
+    unsigned long long seed = 42;       // -s  seed of the random init (presets) and shuffle
+    int tf32 = 1;                       // --tf32 0|1  TF32 matmuls in the fp32 build
+    int graph = 1;                      // --graph 0|1 replay the step as a CUDA graph
+    int autotune = 1;                   // --autotune 0|1 time cuBLASLt's candidates once
+    int device = 0;                     // --device    CUDA device index
+    int shuffle = 1;                    // --shuffle 0|1 train batches in a seeded order per epoch
+    int prefetch = 1;                   // --prefetch 0|1 read batches ahead on a thread
+    int overfit_batch = 0;              // --overfit-batch 0|1 train on the first batch only
+    std::string json_summary;           // --json-summary PATH  benchmark summary
 };
 
 // Parses argv into cfg. Prints the help and exits 0 on -h/--help; exits 2 with one sentence

@@ -37,6 +37,7 @@ for t in build/host/dev/test_*; do
     [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
+run format_check make --no-print-directory format-check
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
     run test_prepare_data bash dev/test_prepare_data.sh
 else
