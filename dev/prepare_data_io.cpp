@@ -12,6 +12,7 @@
 #include <set>
 
 #include "dataloader.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -109,13 +110,6 @@ bool safe_cut(const std::string& t, size_t i) {
            graphic_ascii(t[i]);
 }
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 }  // namespace
 
 void cut_segments(const Document& doc, int doc_slot, size_t segment_bytes,
@@ -136,7 +130,7 @@ void cut_segments(const Document& doc, int doc_slot, size_t segment_bytes,
 }
 
 bool in_val_split(long long index, uint64_t seed, double fraction) {
-    const uint64_t h = splitmix64(splitmix64(seed) ^ (uint64_t)index);
+    const uint64_t h = llmc::splitmix64(llmc::splitmix64(seed) ^ (uint64_t)index);
     return (double)(h >> 11) * 0x1p-53 < fraction;
 }
 

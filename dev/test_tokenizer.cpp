@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "model_file.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -115,12 +116,7 @@ bool valid_utf8(const std::string& s) {  // strict: what the decoders keep uncha
 
 struct Rng {  // SplitMix64: the corpus must be the same on every machine
     uint64_t state;
-    uint64_t next() {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return llmc::splitmix64_next(&state); }
     uint32_t below(uint32_t n) { return (uint32_t)(next() % n); }
     uint32_t in(uint32_t lo, uint32_t hi) { return lo + below(hi - lo + 1); }  // inclusive
     template <class T, size_t N>

@@ -7,13 +7,6 @@
 
 namespace llmc {
 
-uint64_t splitmix64_next(uint64_t* state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 namespace {
 
 // Uniform in [0, n): the lowest 2^64 mod n draws are rejected so every residue is equally likely.

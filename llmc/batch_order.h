@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "rng.h"
+
 namespace llmc {
 
 // What the order depends on; fixed once the loader is initialized.
@@ -49,8 +51,5 @@ void cursor_advance(const BatchOrder& order, BatchCursor* c);
 // rank that serves it).
 long long cursor_find(const BatchOrder& order, BatchCursor* c, long long epoch, int shard,
                       long long batch);
-
-// One step of splitmix64 (Steele, Lea, Flood 2014): advances *state, returns the next output.
-uint64_t splitmix64_next(uint64_t* state);
 
 }  // namespace llmc

@@ -3,18 +3,14 @@
 
 #include <cmath>
 
+#include "rng.h"
+
 namespace llmc {
 namespace {
 
-// splitmix64: small, fast, and identical everywhere.
 struct SplitMix64 {
     uint64_t state;
-    uint64_t next() {
-        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64_next(&state); }
     double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0,1)
 };
 
