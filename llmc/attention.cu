@@ -174,6 +174,21 @@ void check_sizes(const char* op, const void* scratch, int B, int T, int C, int N
 
 int grid_for(long long n, int threads) { return (int)((n + threads - 1) / threads); }
 
+// S = scale * Q K^T for every (b, h), into the first score area. K rows are (T, HS) with row
+// stride 3C, so op(B) = K^T via trans_b. The forward and the backward's recomputation both
+// call this, so the backward's S is bit-identical to the one the saved lse was taken over.
+void scores_gemm(const Context& ctx, floatX* att, const floatX* qkv, const AttentionBatch& ab,
+                 int T, int C, int NH, int ldS) {
+    const int HS = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    for (int o = 0; o < ab.outer; o++) {
+        const floatX* q = qkv + o * ab.qkv_outer;
+        matmul_strided_batched(ctx, att + o * ab.att_outer, q, q + C, T, T, HS, false, true, C3, C3,
+                               ldS, ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale,
+                               0.0f);
+    }
+}
+
 }  // namespace
 
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
@@ -185,17 +200,10 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
     NvtxRange range("attention_forward");
     check_sizes("attention_forward", scratch, B, T, C, NH);
     const int HS = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)HS);
     const ScratchLayout L = scratch_layout(B, T, C, NH);
     const AttentionBatch ab = attention_batch(B, T, C, NH, L.ldS);
     floatX* att = region(scratch, L.att_offset[0]);
-    for (int o = 0; o < ab.outer; o++) {
-        const floatX* q = qkv + o * ab.qkv_outer;
-        floatX* a = att + o * ab.att_outer;
-        // S = scale * Q K^T: K rows are (T, HS) with row stride 3C, op(B) = K^T via trans_b.
-        matmul_strided_batched(ctx, a, q, q + C, T, T, HS, false, true, C3, C3, L.ldS, ab.qkv_batch,
-                               ab.qkv_batch, ab.att_batch, ab.batch, scale, 0.0f);
-    }
+    scores_gemm(ctx, att, qkv, ab, T, C, NH, L.ldS);
     const int rows = B * NH * T;
     causal_softmax_forward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
                                     ctx.stream>>>(att, lse, rows, T, L.ldS);
@@ -219,16 +227,12 @@ void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
     const AttentionBatch ab = attention_batch(B, T, C, NH, L.ldS);
     floatX* att = region(scratch, L.att_offset[0]);
     floatX* datt = region(scratch, L.att_offset[1]);
+    scores_gemm(ctx, att, qkv, ab, T, C, NH, L.ldS);
     for (int o = 0; o < ab.outer; o++) {
-        const floatX* q = qkv + o * ab.qkv_outer;
-        const floatX* d_o = dout + o * ab.out_outer;
-        // S = scale * Q K^T (recomputed with the forward's exact GEMM) and dP = dO V^T.
-        matmul_strided_batched(ctx, att + o * ab.att_outer, q, q + C, T, T, HS, false, true, C3, C3,
-                               L.ldS, ab.qkv_batch, ab.qkv_batch, ab.att_batch, ab.batch, scale,
-                               0.0f);
-        matmul_strided_batched(ctx, datt + o * ab.att_outer, d_o, q + 2 * C, T, T, HS, false, true,
-                               C, C3, L.ldS, ab.out_batch, ab.qkv_batch, ab.att_batch, ab.batch,
-                               1.0f, 0.0f);
+        // dP = dO V^T
+        matmul_strided_batched(ctx, datt + o * ab.att_outer, dout + o * ab.out_outer,
+                               qkv + o * ab.qkv_outer + 2 * C, T, T, HS, false, true, C, C3, L.ldS,
+                               ab.out_batch, ab.qkv_batch, ab.att_batch, ab.batch, 1.0f, 0.0f);
     }
     const int rows = B * NH * T;
     causal_softmax_backward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,

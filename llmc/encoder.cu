@@ -31,6 +31,18 @@ constexpr int kRunThreads = 128;  // threads per block of the per-run sum (one p
 constexpr size_t kScratchAlign = 256;
 
 // One thread per pack of kVec channels of one (b, t) row.
+// row[0..kVec) += acc, as one aligned vector read and write: the one store of a gradient row
+// pack in the encoder's backward (each pack has exactly one writer, so no atomics).
+template <int kVec>
+__device__ __forceinline__ void add_to_row(floatX* row, const float* acc) {
+    Vec<floatX, kVec> w = load_vec<kVec>(row);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) {
+        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
+    }
+    store_vec<kVec>(row, w);
+}
+
 template <int kVec>
 __global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        // (N, C)
                                               const int* __restrict__ inp,     // (N)
@@ -93,13 +105,7 @@ __global__ void encoder_backward_token_runs_kernel(floatX* __restrict__ dwte,   
             acc[k] += to_float(d.v[k]);
         }
     }
-    floatX* row = dwte + (size_t)token * C + c;
-    Vec<floatX, kVec> w = load_vec<kVec>(row);
-#pragma unroll
-    for (int k = 0; k < kVec; k++) {
-        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
-    }
-    store_vec<kVec>(row, w);
+    add_to_row<kVec>(dwte + (size_t)token * C + c, acc);
 }
 
 // One thread per pack of kVec channels of position t: sums dout over b in order.
@@ -126,13 +132,7 @@ __global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,    
             acc[k] += to_float(d.v[k]);
         }
     }
-    floatX* row = dwpe + (size_t)t * C + c;
-    Vec<floatX, kVec> w = load_vec<kVec>(row);
-#pragma unroll
-    for (int k = 0; k < kVec; k++) {
-        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
-    }
-    store_vec<kVec>(row, w);
+    add_to_row<kVec>(dwpe + (size_t)t * C + c, acc);
 }
 
 struct EncoderScratch {
