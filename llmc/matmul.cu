@@ -210,18 +210,17 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
                   c.stride_d, c.transa, c.transb, c.epilogue, align};
     auto it = ctx.plans.find(key);
     MatmulPlan* p = nullptr;
+    cublasLtMatmulHeuristicResult_t candidates[kMaxCandidates];
+    int count = 0;  // > 0 only when the plan is new: the candidates to time
     if (it == ctx.plans.end()) {
-        cublasLtMatmulHeuristicResult_t candidates[kMaxCandidates];
-        int count = 0;
         p = build_plan(ctx, key, candidates, &count);
         ctx.plans[key] = p;
-        set_epilogue_pointers(p, c);
-        if (ctx.autotune) autotune(ctx, p, c, candidates, count);
     } else {
         p = it->second;
     }
     // Epilogue pointers change per call (per layer), the rest of the plan does not.
     set_epilogue_pointers(p, c);
+    if (count > 0 && ctx.autotune) autotune(ctx, p, c, candidates, count);
     CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
 }
 

@@ -14,12 +14,10 @@
 typedef __nv_bfloat16 floatX;
 constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
 constexpr const char* kPrecisionName = "bf16";
-constexpr int kModelFileVersion = 5;  // model file version that holds floatX params
 #else
 typedef float floatX;
 constexpr cudaDataType_t kCudaFloatX = CUDA_R_32F;
 constexpr const char* kPrecisionName = "fp32";
-constexpr int kModelFileVersion = 3;
 #endif
 
 __host__ __device__ __forceinline__ float to_float(float x) { return x; }
