@@ -49,7 +49,8 @@ DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cp
 
 BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu prepare_data
 
-.PHONY: all test objects clean format-check data
+.PHONY: all test objects clean format-check data FORCE
+FORCE:
 all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
 
 # Every CUDA object of this precision, unlinked: `make test` compiles the other precision this
@@ -65,8 +66,14 @@ $(HOSTBUILD)/%.o: %.cpp $(wildcard llmc/*.h dev/*.h)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXX_FLAGS) -c $< -o $@
 
-train_gpt2cu: $(BUILD)/train_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+# Each precision keeps its own trainer (build/fp32/train_gpt2cu, build/bf16/train_gpt2cu), so
+# scripts/bench.sh and scripts/compare_precision.sh can run both in one invocation; the
+# top-level train_gpt2cu is a copy of this PRECISION's, refreshed whenever it differs (a plain
+# timestamp rule would keep the other precision's copy after switching PRECISION).
+$(BUILD)/train_gpt2cu: $(BUILD)/train_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+train_gpt2cu: $(BUILD)/train_gpt2cu FORCE
+	@cmp -s $< $@ || cp $< $@
 test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)

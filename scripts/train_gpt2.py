@@ -351,7 +351,35 @@ def lr_at(args, step):  # step is 1-based: linear warmup, then constant (as trai
     return args.lr
 
 
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def sdpa_context(name):
+    """The context that restricts F.scaled_dot_product_attention to one backend ('auto': none).
+
+    It is entered around the whole training run, so torch.compile traces under it and the
+    compiled graph keeps that backend (the choice is made when the graph is traced)."""
+    import contextlib
+    if name == "auto":
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        fail(f"--sdpa-backend {name} needs torch.nn.attention.sdpa_kernel (torch 2.3 or newer); "
+             "use --sdpa-backend auto with this torch")
+    backend = getattr(SDPBackend, SDPA_BACKENDS[name], None)
+    if backend is None:
+        fail(f"--sdpa-backend {name}: this torch has no SDPBackend.{SDPA_BACKENDS[name]}")
+    return sdpa_kernel(backend)
+
+
 def train(args, model, cfg, device):
+    with sdpa_context(args.sdpa_backend):
+        train_loop(args, model, cfg, device)
+
+
+def train_loop(args, model, cfg, device):
     import torch
     set_precision(tf32=args.tf32, deterministic=False)
     B, T = args.batch_size, args.seq_len
@@ -424,12 +452,13 @@ def train(args, model, cfg, device):
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak_txt = f"{peak:.0f} MiB" if cuda else "n/a (cpu)"
     print(f"summary: {cfg['name']} B={B} T={T} {args.dtype} compile={args.compile} "
-          f"flash={args.flash} tf32={args.tf32} on {name} | median {median_ms:.2f} ms/step over "
+          f"flash={args.flash} sdpa={args.sdpa_backend} tf32={args.tf32} on {name} | median {median_ms:.2f} ms/step over "
           f"steps {skip + 1}..{args.steps} | {tok_s:.0f} tok/s | peak memory {peak_txt}")
     if args.json_summary:
         summary = dict(median_ms=median_ms, tok_per_s=tok_s, peak_mem_mib=peak, steps=args.steps,
                        B=B, T=T, config=cfg["name"], model=cfg, dtype=args.dtype,
                        compile=args.compile, flash=args.flash, tf32=args.tf32,
+                       sdpa_backend=args.sdpa_backend,
                        device_name=name, torch_version=torch.__version__, losses=losses,
                        val_loss=val_loss, total_batch=args.total_batch, step_ms=times)
         with open(args.json_summary, "w") as f:
@@ -475,6 +504,9 @@ def parse_args(argv):
                    help="biases ~N(0,0.02), LN weights 1+N(0,0.1), LN biases ~N(0,0.02)")
     m.add_argument("--flash", action="store_true",
                    help="attention via F.scaled_dot_product_attention when this torch has it")
+    m.add_argument("--sdpa-backend", choices=["auto"] + sorted(SDPA_BACKENDS), default="auto",
+                   help="SDPA backend in training (torch.nn.attention.sdpa_kernel); anything but "
+                   "auto implies --flash (auto: PyTorch's own choice)")
     m.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     w = p.add_argument_group("files")
     w.add_argument("--write-model", metavar="PATH", help="write the model file")
@@ -602,6 +634,11 @@ def main(argv):
     for path in (args.input, args.val_input):
         if path and not glob.glob(path):
             fail(f"no file matches the shard pattern '{path}'")
+    if args.sdpa_backend != "auto":
+        if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            fail(f"--sdpa-backend {args.sdpa_backend} needs F.scaled_dot_product_attention "
+                 f"(torch 2); this is torch {torch.__version__}: use --sdpa-backend auto")
+        args.flash = True
     model = build_model_classes()(cfg, args.flash)
     if args.flash and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
         print("note: this torch has no scaled_dot_product_attention; --flash uses masked softmax")
