@@ -1,85 +1,205 @@
 #!/usr/bin/env bash
 # bench.sh: our trainer against the PyTorch reference (torch.compile), side by side, in one
-# invocation on the same GPU, same model, data, B, T and precision. Prints one table: median
-# step time (warm-up steps discarded), tok/s, MFU, device memory, and our time as a ratio of
-# PyTorch's (< 1 means we are faster).
+# invocation on the same GPU: same model, random init, data, B, T and precision per config.
+# Prints one table at the end (device, date, commit): median step time (warm-up steps
+# discarded), tok/s, MFU, device memory, and our speed as a ratio of PyTorch's tok/s (> 1 means
+# we are faster; the best PyTorch attention backend of each config is the baseline).
 #
-#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [CONFIG ...]
+#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-k] [CONFIG ...]
 #
-# CONFIG is "d12:B:T:fp32" style (preset:B:T:precision); default: d12:4:1024:fp32 (TF32 on for
-# both, PyTorch with --compile --flash --tf32). Our binary must be built with the precision the
-# config names (make PRECISION=FP32|BF16); configs of the other precision are skipped.
-# Without -d, random-token shards are written to OUTDIR/shards (step time does not depend on
-# the token values).
-set -euo pipefail
+# CONFIG is preset:B:T:precision, e.g. d12:64:1024:bf16. Default set:
+#   d12:64:1024:bf16 d12:4:1024:bf16 d12:4:1024:fp32 d24:16:1024:bf16
+# Each config runs build/<precision>/train_gpt2cu (built with `make PRECISION=...` when missing)
+# and scripts/train_gpt2.py --compile --fused-adamw --tf32 (TF32 on for both in fp32) once per
+# SDPA backend in BACKENDS (comma-separated from auto,flash,cudnn,efficient,math). Default: flash
+# and cudnn for bf16 (PyTorch's two fastest on Hopper), efficient for fp32 (flash and cudnn
+# take only 16-bit inputs). Every backend's row is listed; the fastest is the baseline.
+#   -s STEPS   steps per run (default 30). Ours discards its first 2 (plan building, graph
+#              capture), PyTorch its first 5 (compilation); the median of the rest is reported.
+#   -d GLOB    train shards; default: random-token shards written to OUTDIR/shards (step time
+#              does not depend on the token values).
+#   -o OUTDIR  logs and JSON summaries (default $OUT or build/bench).
+#   -k         keep: reuse the results of runs that already succeeded in OUTDIR (to finish a
+#              benchmark that an outer time limit cut short; the table covers every config).
+# A config that fails or runs out of memory gets a row saying so; the others still run. Each
+# run is limited to LLMC_BENCH_TIMEOUT seconds (default 420).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-steps=40
+steps=30
 data=""
 outdir=${OUT:-build/bench}
-while getopts "s:d:o:h" opt; do
+backends=""
+keep=0
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+while getopts "s:d:o:a:kh" opt; do
     case $opt in
         s) steps=$OPTARG ;;
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
-        *) sed -n '2,14p' "$0"; exit 0 ;;
+        a) backends=$OPTARG ;;
+        k) keep=1 ;;
+        h) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-configs=("${@:-d12:4:1024:fp32}")
-PY=${LLMC_PYTHON:-python3}
+if [ $# -gt 0 ]; then configs=("$@"); else
+    configs=(d12:64:1024:bf16 d12:4:1024:bf16 d12:4:1024:fp32 d24:16:1024:bf16)
+fi
+if ! [[ "$steps" =~ ^[0-9]+$ ]] || [ "$steps" -lt 8 ]; then
+    echo "error: -s must be a number >= 8 (PyTorch discards 5 warm-up steps), got '$steps'" >&2
+    exit 2
+fi
+for c in "${configs[@]}"; do
+    if ! [[ "$c" =~ ^d(12|24|36|48):[0-9]+:[0-9]+:(bf16|fp32)$ ]]; then
+        echo "error: config '$c' is not preset:B:T:precision (e.g. d12:64:1024:bf16)" >&2
+        exit 2
+    fi
+done
+for b in ${backends//,/ }; do
+    case $b in auto | flash | cudnn | efficient | math) ;; *)
+        echo "error: -a takes auto,flash,cudnn,efficient,math; got '$b'" >&2
+        exit 2
+        ;;
+    esac
+done
+# The PyTorch that runs the reference: LLMC_PYTHON, else the first python3 with torch.
+PY=${LLMC_PYTHON:-}
+if [ -z "$PY" ]; then
+    PY=$(python3 -c 'import torch' >/dev/null 2>&1 && command -v python3 || bash scripts/find_python.sh) || {
+        echo "error: no python3 here can import torch; set LLMC_PYTHON to one that can" >&2
+        exit 1
+    }
+fi
+TIMEOUT=${LLMC_BENCH_TIMEOUT:-420}
 mkdir -p "$outdir"
+export PYTHONUNBUFFERED=1
 if [ -z "$data" ]; then
-    "$PY" scripts/train_gpt2.py --random-shards "$outdir/shards" --num-tokens 2000000 --seed 7 >/dev/null
+    if ! ls "$outdir"/shards/*_train_*.bin >/dev/null 2>&1; then
+        "$PY" scripts/train_gpt2.py --random-shards "$outdir/shards" --num-tokens 4000000 --seed 7 \
+            >/dev/null || { echo "error: could not write random shards to $outdir/shards" >&2; exit 1; }
+    fi
     data="$outdir/shards/*_train_*.bin"
 fi
-built=$(./train_gpt2cu --help >/dev/null 2>&1 && strings train_gpt2cu | grep -q 'bf16 build' && echo bf16 || echo fp32)
 
-rows=()
+# The trainer of one precision: build/<prec>/train_gpt2cu, built here when missing.
+trainer() {
+    local prec=$1 bin="build/$1/train_gpt2cu"
+    if [ ! -x "$bin" ]; then
+        echo "== building $bin (make PRECISION=${prec^^})" >&2
+        make -j"$(nproc)" PRECISION="${prec^^}" "$bin" >"$outdir/build_$prec.log" 2>&1 ||
+            echo "   build failed: see $outdir/build_$prec.log" >&2
+    fi
+    [ -x "$bin" ] && echo "$bin"
+}
+
+# run TAG COMMAND...: one benchmark run, its log in OUTDIR/TAG.log and summary in TAG.json.
+# With -k a run whose summary exists is not repeated.
+run() {
+    local tag=$1 rc=0
+    shift
+    if [ "$keep" = 1 ] && [ -s "$outdir/$tag.json" ]; then
+        echo "   $tag: kept from an earlier run"
+        return
+    fi
+    rm -f "$outdir/$tag.json"
+    local t0=$SECONDS
+    timeout "$TIMEOUT" "$@" --json-summary "$outdir/$tag.json" >"$outdir/$tag.log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+        rm -f "$outdir/$tag.json"
+        local why="exit code $rc"
+        [ $rc = 124 ] && why="timed out after ${TIMEOUT}s"
+        local msg
+        msg=$(grep -E "^(error|[A-Za-z.]*Error)" "$outdir/$tag.log" | tail -n 1 | cut -c1-160)
+        [ -n "$msg" ] && why="$why: $msg"
+        grep -qiE "out of memory|cudaErrorMemoryAllocation|OutOfMemoryError" "$outdir/$tag.log" && why="out of memory"
+        echo "$why" >"$outdir/$tag.err"
+        echo "   $tag: FAILED ($why); last lines of $outdir/$tag.log:"
+        tail -n 4 "$outdir/$tag.log" | sed 's/^/     /'
+    else
+        rm -f "$outdir/$tag.err"
+        echo "   $tag: $(grep -E '^summary' "$outdir/$tag.log" | tail -n 1) ($((SECONDS - t0)) s)"
+    fi
+}
+
+tags=()
 for c in "${configs[@]}"; do
     IFS=: read -r model B T prec <<<"$c"
     tag="${model}_b${B}_t${T}_${prec}"
-    if [ "$prec" != "$built" ]; then
-        echo "skip $c: train_gpt2cu is the $built build"
-        continue
+    dtype=float32
+    [ "$prec" = bf16 ] && dtype=bfloat16
+    list=$backends
+    [ -z "$list" ] && { [ "$prec" = bf16 ] && list=flash,cudnn || list=efficient; }
+    echo "== $c"
+    bin=$(trainer "$prec")
+    if [ -n "$bin" ]; then
+        run "ours_$tag" "$bin" -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" -l 1e-4 --tf32 1
+    else
+        echo "build/$prec/train_gpt2cu is missing and could not be built (make PRECISION=${prec^^} build/$prec/train_gpt2cu)" \
+            >"$outdir/ours_$tag.err"
+        rm -f "$outdir/ours_$tag.json"
+        echo "   ours: $(cat "$outdir/ours_$tag.err")"
     fi
-    dtype=float32; [ "$prec" = bf16 ] && dtype=bfloat16
-    echo "== ours: $c"
-    ./train_gpt2cu -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" -l 1e-4 --tf32 1 \
-        --json-summary "$outdir/ours_$tag.json" >"$outdir/ours_$tag.log" 2>&1 \
-        || { tail -5 "$outdir/ours_$tag.log"; echo "ours failed on $c"; }
-    tail -n 1 "$outdir/ours_$tag.log"
-    echo "== pytorch: $c"
-    "$PY" scripts/train_gpt2.py -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" -l 1e-4 \
-        --dtype "$dtype" --tf32 --compile --flash --json-summary "$outdir/torch_$tag.json" \
-        >"$outdir/torch_$tag.log" 2>&1 || { tail -5 "$outdir/torch_$tag.log"; echo "pytorch failed on $c"; }
-    tail -n 1 "$outdir/torch_$tag.log"
-    rows+=("$tag")
+    for b in ${list//,/ }; do
+        run "torch_${b}_$tag" "$PY" scripts/train_gpt2.py -i "$data" -e "$model" -b "$B" -t "$T" \
+            -x "$steps" -l 1e-4 --dtype "$dtype" --tf32 --compile --fused-adamw --sdpa-backend "$b"
+    done
+    tags+=("$tag:$list")
 done
 
-"$PY" - "$outdir" "${rows[@]}" <<'EOF'
-import json, os, sys
-outdir, tags = sys.argv[1], sys.argv[2:]
-def load(p):
+commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit.txt 2>/dev/null || echo unknown)
+"$PY" - "$outdir" "$commit" "${tags[@]}" <<'EOF'
+import datetime, json, os, sys
+outdir, commit, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+def load(name):
     try:
-        return json.load(open(p))
-    except (OSError, ValueError):
+        r = json.load(open(f"{outdir}/{name}.json"))
+        r["tok_s"] = r["B"] * r["T"] * 1000.0 / r["median_ms"]  # both sides: tokens / median step
+        return r
+    except (OSError, ValueError, KeyError, ZeroDivisionError):
         return None
-print()
-print("| config | system | median ms/step | tok/s | MFU | device memory MiB | ratio (ours/PyTorch time) |")
-print("|---|---|---|---|---|---|---|")
-for t in tags:
-    o, p = load(f"{outdir}/ours_{t}.json"), load(f"{outdir}/torch_{t}.json")
-    ratio = f"{o['median_ms'] / p['median_ms']:.3f}" if o and p else "n/a"
-    if o and p and o.get("mfu") and not p.get("mfu"):  # same FLOPs per step for both
-        p["mfu"] = o["mfu"] * o["median_ms"] / p["median_ms"]
-    for name, r in (("train_gpt2cu", o), ("PyTorch compile", p)):
+
+def error(name):
+    try:
+        return "FAILED: " + open(f"{outdir}/{name}.err").read().strip()
+    except OSError:
+        return "FAILED: no summary"
+
+device, lines, verdicts = None, [], []
+for spec in specs:
+    tag, backends = spec.split(":")
+    ours = load(f"ours_{tag}")
+    torch = {b: load(f"torch_{b}_{tag}") for b in backends.split(",")}
+    ok = {b: r for b, r in torch.items() if r}
+    best = max(ok, key=lambda b: ok[b]["tok_s"]) if ok else None
+    base = ok[best] if best else None
+    device = device or (ours or base or {}).get("device_name")
+    ratio = ours["tok_s"] / base["tok_s"] if ours and base else None
+    def row(system, r, name, extra):
         if r is None:
-            print(f"| {t} | {name} | failed | | | | |")
-            continue
-        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-"
-        print(f"| {t} | {name} | {r['median_ms']:.2f} | {r['tok_per_s']:.0f} | {mfu} | "
-              f"{r.get('peak_mem_mib', 0):.0f} | {ratio if name == 'train_gpt2cu' else ''} |")
-dev = (load(f"{outdir}/ours_{tags[0]}.json") or {}).get("device_name", "?") if tags else "?"
-print(f"\ndevice: {dev}. Memory: ours is all device memory in use (cudaMemGetInfo, CUDA context "
-      "included); PyTorch's is torch.cuda.max_memory_allocated (tensors only).")
+            lines.append(f"| {tag} | {system} | {error(name)} | | | | |")
+            return
+        mfu = r.get("mfu") or (ours["mfu"] * ours["median_ms"] / r["median_ms"] if ours and ours.get("mfu") else None)
+        mfu = f"{100 * mfu:.1f}%" if mfu else "-"
+        lines.append(f"| {tag} | {system} | {r['median_ms']:.2f} | {r['tok_s']:,.0f} | {mfu} | "
+                     f"{r.get('peak_mem_mib', 0):,.0f} | {extra} |")
+    row("train_gpt2cu", ours, f"ours_{tag}", f"**{ratio:.3f}**" if ratio else "n/a")
+    for b, r in torch.items():
+        extra = "1 (baseline)" if b == best else (f"{r['tok_s'] / base['tok_s']:.3f}" if r and base else "")
+        row(f"PyTorch compile, sdpa={b}", r, f"torch_{b}_{tag}", extra)
+    verdicts.append(f"{tag}: ours / PyTorch tok/s = " + (f"{ratio:.3f}x (baseline sdpa={best})" if ratio else "n/a"))
+
+date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+print(f"\n## bench.sh: {device or 'unknown device'}, {date}, commit {commit}\n")
+print("| config | system | median ms/step | tok/s | MFU | memory MiB | tok/s vs PyTorch |")
+print("|---|---|---|---|---|---|---|")
+print("\n".join(lines))
+print()
+print("\n".join(verdicts))
+print("\ntok/s = B*T / median step time, after warm-up (ours: steps 3.., PyTorch: steps 6..). "
+      "Ratio: our tok/s over the fastest PyTorch backend's (> 1: we are faster). MFU: our FLOPs "
+      "per step (6N + 12LCT per token) over the device's dense peak of that precision. Memory: "
+      "ours is all device memory in use (cudaMemGetInfo, CUDA context included); PyTorch's is "
+      "torch.cuda.max_memory_allocated (tensors only).")
 EOF
