@@ -16,10 +16,11 @@
 #   compare   scripts/compare_precision.sh (fp32 vs bf16 loss curves, 200 steps)
 #   pipeline  loader cost (prefetch / sync / no loading) and tokenizer vs tiktoken
 # A stage that needs the dumps or the tinyshakespeare shards makes them when they are missing.
-# The whole set takes longer than one 10-minute device call: split it, e.g.
-#   --only tests,sanitize,benchops     (~4-6 min on an H100 with binaries carried in)
-#   --only bench                       (~6-9 min: PyTorch compiles once per config and backend)
-#   --only compare,pipeline            (~3 min)
+# The whole set takes longer than one 10-minute device call: split it, e.g. (times are
+# estimates, not yet measured; each stage prints its own)
+#   --only dumps,tests,sanitize,benchops   builds nothing when the binaries are carried in
+#   --only bench                           PyTorch compiles once per config and SDPA backend
+#   --only compare,pipeline
 # --resume passes -k to bench.sh: runs that already succeeded on this machine (in
 # build/device_check/bench) are kept, so a bench cut short by the time limit can be finished.
 # Logs go to build/device_check/ (kept between calls on a warm machine); at the end they are
