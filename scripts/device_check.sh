@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_check.sh: the whole GPU check in one call, for a machine with an NVIDIA GPU.
 #
-#   scripts/device_check.sh [--only STAGE,...] [--skip STAGE,...] [--resume]
+#   scripts/device_check.sh [--only STAGE,...] [--skip STAGE,...] [--resume] [--bench-args "ARGS"]
 #
 # Stages, in this order (default: all):
 #   build     builds only what is missing (binaries carried in from a build machine for sm_90
@@ -21,6 +21,8 @@
 #   --only dumps,tests,sanitize,benchops   builds nothing when the binaries are carried in
 #   --only bench                           PyTorch compiles once per config and SDPA backend
 #   --only compare,pipeline
+# --bench-args "ARGS" is passed to bench.sh (options, then configs), e.g. --bench-args "-a flash d12:64:1024:bf16"
+# when the four default configs with two backends do not fit in one call.
 # --resume passes -k to bench.sh: runs that already succeeded on this machine (in
 # build/device_check/bench) are kept, so a bench cut short by the time limit can be finished.
 # Logs go to build/device_check/ (kept between calls on a warm machine); at the end they are
@@ -31,12 +33,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL="build dumps tests sanitize benchops bench compare pipeline"
-only="" skip="" resume=0
+only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
     case $1 in
         --only) only=${2:-}; shift 2 ;;
         --skip) skip=${2:-}; shift 2 ;;
         --resume) resume=1; shift ;;
+        --bench-args) bench_args=${2:-}; shift 2 ;;
         --quick) skip="dumps_d12,bench,compare,pipeline"; shift ;;  # the old --quick
         -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -202,7 +205,8 @@ fi
 # --- bench: ours vs PyTorch.
 if want bench; then
     stage bench
-    step bench bash scripts/bench.sh $([ $resume = 1 ] && echo -k) -o "$LOGS/bench"
+    # shellcheck disable=SC2086 # bench_args is a list of words on purpose
+    step bench bash scripts/bench.sh $([ $resume = 1 ] && echo -k) -o "$LOGS/bench" $bench_args
     sed -n '/^## bench.sh/,$p' "$LOGS/bench.log"
 fi
 
