@@ -322,7 +322,13 @@ void bench_optimizer(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     Timing t = timer.time(
         [&] { global_norm_squared(ctx, norm2.get(), norm_scratch.get(), grads.get(), P); });
     rows->push_back({"global_norm_squared (P values)", "X*P + 4", kX * p + 4.0, t});
-    const AdamWHyper hyper{0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    // Set by name: the struct may grow fields (value-initialized here) without breaking this.
+    AdamWHyper hyper{};
+    hyper.beta1 = 0.9f;
+    hyper.beta2 = 0.95f;
+    hyper.eps = 1e-8f;
+    hyper.weight_decay = 0.1f;
+    hyper.grad_clip = 1.0f;
     t = timer.time([&] {
         adamw_update(ctx, params.get(), with_master ? master.get() : nullptr, m.get(), v.get(),
                      grads.get(), tensors, hyper, step_values.get(), norm2.get());
