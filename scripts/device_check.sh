@@ -173,13 +173,14 @@ fi
 if want sanitize; then
     stage sanitize
     dump_small
-    if command -v compute-sanitizer >/dev/null; then
+    CS=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+    if [ -x "$CS" ]; then
         for tool in memcheck racecheck synccheck initcheck; do
-            step "sanitize_$tool" compute-sanitizer --error-exitcode 9 --tool $tool \
+            step "sanitize_$tool" "$CS" --error-exitcode 9 --tool $tool \
                 ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin" --graph 0
         done
     else
-        skip_result sanitize "compute-sanitizer is not on the PATH"
+        skip_result sanitize "no compute-sanitizer on the PATH or in CUDA_HOME/bin"
     fi
 fi
 
