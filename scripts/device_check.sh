@@ -82,7 +82,10 @@ step() {  # step NAME COMMAND...: run, log to $LOGS/NAME.log, remember PASS/FAIL
     fi
     echo "${results[-1]}"
 }
-stage() {  # stage NAME: start of a stage, with the time so far
+# Logs packed for $OUT after every stage, so a call cut off by its time limit still returns them.
+pack() { tar czf "$OUT/device_check_logs.tar.gz" --exclude='*.bin' -C build device_check 2>/dev/null; }
+stage() {  # stage NAME: start of a stage (the logs of the last one packed), with the time so far
+    pack
     echo
     echo "== stage $1 (at $((SECONDS - T_START)) s)"
 }
@@ -264,7 +267,7 @@ if want pipeline; then
     fi
 fi
 
-tar czf "$OUT/device_check_logs.tar.gz" --exclude='*.bin' -C build device_check 2>/dev/null
+pack
 echo
 echo "== device check, commit $commit, $(sed -n 2p "$LOGS/gpu.txt"), $((SECONDS - T_START)) s"
 printf '%s\n' "${results[@]}"
