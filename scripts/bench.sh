@@ -22,9 +22,9 @@
 #   -k         keep: reuse the results of runs that already succeeded in OUTDIR (to finish a
 #              benchmark that an outer time limit cut short; the table covers every config).
 # A config that fails or runs out of memory gets a row saying so; the others still run. Each
-# run is limited to LLMC_BENCH_TIMEOUT seconds (default 420).
+# run is limited to LLMC_BENCH_TIMEOUT seconds (default 420). Exit code 1 when any run failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 steps=30
 data=""
 outdir=${OUT:-build/bench}
@@ -114,6 +114,7 @@ run() {
         [ -n "$msg" ] && why="$why: $msg"
         grep -qiE "out of memory|cudaErrorMemoryAllocation|OutOfMemoryError" "$outdir/$tag.log" && why="out of memory"
         echo "$why" >"$outdir/$tag.err"
+        nfail=$((nfail + 1))
         echo "   $tag: FAILED ($why); last lines of $outdir/$tag.log:"
         tail -n 4 "$outdir/$tag.log" | sed 's/^/     /'
     else
@@ -123,6 +124,7 @@ run() {
 }
 
 tags=()
+nfail=0
 for c in "${configs[@]}"; do
     IFS=: read -r model B T prec <<<"$c"
     tag="${model}_b${B}_t${T}_${prec}"
@@ -139,6 +141,7 @@ for c in "${configs[@]}"; do
             >"$outdir/ours_$tag.err"
         rm -f "$outdir/ours_$tag.json"
         echo "   ours: $(cat "$outdir/ours_$tag.err")"
+        nfail=$((nfail + 1))
     fi
     for b in ${list//,/ }; do
         run "torch_${b}_$tag" "$PY" scripts/train_gpt2.py -i "$data" -e "$model" -b "$B" -t "$T" \
@@ -203,3 +206,4 @@ print("\ntok/s = B*T / median step time, after warm-up (ours: steps 3.., PyTorch
       "ours is all device memory in use (cudaMemGetInfo, CUDA context included); PyTorch's is "
       "torch.cuda.max_memory_allocated (tensors only).")
 EOF
+[ $nfail -eq 0 ] || { echo "$nfail run(s) failed: their rows say why"; exit 1; }

@@ -18,7 +18,7 @@
 # Prints max |diff| over all steps and over the last 50, and PASS / FAIL; exit code 1 on FAIL.
 # The trainers are build/fp32/train_gpt2cu and build/bf16/train_gpt2cu (built when missing).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 data="" outdir=${OUT:-build/compare_precision} preset=d12 seed=42 steps=200 B=8 T=1024 lr=3e-4
 tf32=0 tol=0.02
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }

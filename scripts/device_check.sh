@@ -31,7 +31,7 @@
 # Inputs the caller may carry in: .carry/tinyshakespeare.txt and .carry/encoder.json +
 # .carry/vocab.bpe (tiny Shakespeare tokenized here), .carry/commit.txt (the commit id).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ALL="build dumps tests sanitize benchops bench compare pipeline"
 only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
@@ -209,8 +209,10 @@ fi
 # --- bench: ours vs PyTorch.
 if want bench; then
     stage bench
+    keep=()
+    [ $resume = 1 ] && keep=(-k)
     # shellcheck disable=SC2086 # bench_args is a list of words on purpose
-    step bench bash scripts/bench.sh $([ $resume = 1 ] && echo -k) -o "$LOGS/bench" $bench_args
+    step bench bash scripts/bench.sh "${keep[@]}" -o "$LOGS/bench" $bench_args
     sed -n '/^## bench.sh/,$p' "$LOGS/bench.log"
 fi
 
@@ -258,7 +260,7 @@ if want pipeline; then
     tokdir=.carry
     [ -f build/tokenizer/encoder.json ] && tokdir=build/tokenizer
     if [ -x build/host/dev/bench_tokenizer ] && [ -f .carry/tinyshakespeare.txt ] && [ -f $tokdir/encoder.json ]; then
-        for i in 1 2 3 4 5 6 7 8 9 10; do cat .carry/tinyshakespeare.txt; done >"$D/ts10.txt"
+        for _ in 1 2 3 4 5 6 7 8 9 10; do cat .carry/tinyshakespeare.txt; done >"$D/ts10.txt"
         step tokenizer_bench "$PY" scripts/bench_tokenizer.py --text "$D/ts10.txt" --dir $tokdir \
             --threads 1,16 --bench build/host/dev/bench_tokenizer
         tail -n 8 "$LOGS/tokenizer_bench.log"
