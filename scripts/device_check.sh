@@ -84,7 +84,14 @@ step() {  # step NAME COMMAND...: run, log to $LOGS/NAME.log, remember PASS/FAIL
 }
 # Logs packed for $OUT after every stage, so a call cut off by its time limit still returns them.
 pack() { tar czf "$OUT/device_check_logs.tar.gz" --exclude='*.bin' -C build device_check 2>/dev/null; }
+stage_times="" cur_stage="" cur_t0=0
+end_stage() {  # the running stage's duration into stage_times
+    [ -n "$cur_stage" ] && stage_times+="$cur_stage $((SECONDS - cur_t0))s, "
+    cur_stage=""
+}
 stage() {  # stage NAME: start of a stage (the logs of the last one packed), with the time so far
+    end_stage
+    cur_stage=$1 cur_t0=$SECONDS
     pack
     echo
     echo "== stage $1 (at $((SECONDS - T_START)) s)"
@@ -269,9 +276,11 @@ if want pipeline; then
     fi
 fi
 
+end_stage
 pack
 echo
 echo "== device check, commit $commit, $(sed -n 2p "$LOGS/gpu.txt"), $((SECONDS - T_START)) s"
+echo "stage times: ${stage_times%, }"
 printf '%s\n' "${results[@]}"
 fails=$(printf '%s\n' "${results[@]}" | grep -c '^FAIL')
 echo "$fails failed; logs: $OUT/device_check_logs.tar.gz"
