@@ -61,6 +61,18 @@ cublasComputeType_t compute_type(const Context& ctx) {
 #endif
 }
 
+// The type BGRADB writes the bias gradient in; its sums run in float either way. The fp32
+// build keeps the partial in float. cuBLASLt rejects a float bias gradient on bf16 products
+// (CUBLAS_STATUS_INVALID_VALUE from the heuristic, seen on an H100 with CUDA 13.0), so the bf16
+// build takes it as bf16 before adding it to the bf16 gradient.
+#if defined(ENABLE_BF16)
+typedef floatX BiasGradT;
+constexpr cudaDataType_t kBiasGradType = kCudaFloatX;
+#else
+typedef float BiasGradT;
+constexpr cudaDataType_t kBiasGradType = CUDA_R_32F;
+#endif
+
 // How many of cuBLASLt's heuristic candidates the autotuner times.
 constexpr int kMaxCandidates = 8;
 
@@ -77,8 +89,8 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
     cublasLtEpilogue_t epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (epi == CUBLASLT_EPILOGUE_BGRADB) {  // bias gradients are summed and kept in float
-        cudaDataType_t bt = CUDA_R_32F;
+    if (epi == CUBLASLT_EPILOGUE_BGRADB) {
+        cudaDataType_t bt = kBiasGradType;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bt, sizeof(bt)));
     }
@@ -105,13 +117,15 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
     }
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref,
-                                                kMaxCandidates, candidates, &found));
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref, kMaxCandidates, candidates, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    LLMC_CHECK(found >= 1,
-               "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d epilogue=%d "
-               "batch=%d alignment=%d",
-               key.m, key.n, key.k, key.transa, key.transb, key.epilogue, key.batch, key.align);
+    // Either failure names the product, so a rejected shape or epilogue can be found at once.
+    LLMC_CHECK(st == CUBLAS_STATUS_SUCCESS && found >= 1,
+               "cuBLASLt has no algorithm (%s) for m=%d n=%d k=%d lda=%d ldb=%d ldc=%d transa=%d "
+               "transb=%d epilogue=%d ldaux=%d batch=%d alignment=%d",
+               cublasGetStatusName(st), key.m, key.n, key.k, key.lda, key.ldb, key.ldc, key.transa,
+               key.transb, key.epilogue, key.ldaux, key.batch, key.align);
     *num_candidates = found;
     p->algo = candidates[0].algo;
     return p;
@@ -226,9 +240,9 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
 
 // dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum.
 __global__ void bias_grad_accumulate_kernel(floatX* __restrict__ dbias,
-                                            const float* __restrict__ partial, int n) {
+                                            const BiasGradT* __restrict__ partial, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + partial[i]);
+    if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + to_float(partial[i]));
 }
 
 }  // namespace
@@ -288,8 +302,8 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     }
     lt_matmul(ctx, w);
     if (dbias != nullptr) {
-        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias, dbias_scratch,
-                                                                              OC);
+        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(
+            dbias, reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);
         CUDA_CHECK_LAST();
     }
 }

@@ -11,7 +11,8 @@
 //                    epilogue; pre_gelu is (N, IC), the input of the GELU whose output was this
 //                    layer's input)
 //                    dweight (OC, IC) += dout^T @ inp           (accumulates)
-//                    dbias (OC) += column sums of dout (BGRADB epilogue into dbias_scratch,
+//                    dbias (OC) += column sums of dout (BGRADB epilogue into dbias_scratch, float
+//                    in the fp32 build and bf16 in the bf16 build (cuBLASLt takes no other),
 //                    then added; dbias may be null)
 // Generic:
 //   matmul_strided_batched: for each i < batch,
