@@ -1,13 +1,14 @@
 # GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH (default sm_90) on any
 # machine, a GPU is not needed to build. `make test` runs every test this machine can run.
 #
-#   make [PRECISION=FP32|BF16] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
-#                                                  (GPU_ARCH: the local GPU's, or sm_90 without one)
-#   make test                                      build (and compile the BF16 objects), install/check deps, run tests
+#   make [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
+#                                                  (PRECISION: BF16 by default; GPU_ARCH: the local
+#                                                  GPU's, or sm_90 without one)
+#   make test                                      build (and compile the other precision's objects), install/check deps, run tests
 #   make data                                      tokenize the default dataset (Brown corpus, offline) into data/brown/
 #   make clean
 
-PRECISION ?= FP32
+PRECISION ?= BF16
 # The local GPU's architecture when nvidia-smi sees one, else sm_90 (H100/H200).
 LOCAL_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d . | tr -d ' ')
 GPU_ARCH ?= $(if $(LOCAL_CC),sm_$(LOCAL_CC),sm_90)
@@ -95,7 +96,7 @@ $(HOSTBUILD)/dev/%: $(HOSTBUILD)/dev/%.o $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
 test: all
-	$(MAKE) --no-print-directory PRECISION=BF16 objects
+	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) objects
 	PRECISION_DIR=$(BUILD) bash scripts/run_tests.sh
 
 # Every C++/CUDA source against .clang-format (llmc/unicode_tables.h is generated).

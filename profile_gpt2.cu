@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     Context ctx;
     context_init(&ctx, 0, true);
     GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, B, T, 1, AdamWHyper{0.9f, 0.95f, 1e-8f, 0.1f, 1.0f});
+    gpt2_create(ctx, &model, cfg, params, B, T, 1,
+                AdamWHyper{0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1337});
     // Random tokens: a fixed linear congruential sequence, so runs are comparable.
     uint32_t x = 12345;
     for (size_t i = 0; i < (size_t)2 * B * T; i++) {

@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     }
 
     GPT2 model;
-    AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};
+    AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip, tc.seed};
     gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper);
     const char* mm_precision = sizeof(floatX) == 2 ? "bf16" : (tc.tf32 ? "tf32" : "fp32");
     const double peak_tflops = device_peak_tflops(ctx.props.name, mm_precision);

@@ -5,8 +5,15 @@
 // run with and without master and once from pointers one element off alignment (the
 // one-element path). Steps change lr and t (read from device memory) and the clipping: active,
 // inactive, and off (no norm pointer). Each step starts both sides from the GPU's previous
-// state, so errors do not compound; m, v, master and params are all compared.
+// state, so errors do not compound; m, v, master and params are all compared (with master in
+// the bf16 build: every param is one of the two bf16 neighbours of its master value).
+// Stochastic rounding (bf16 build): with lr = 0 master stays exactly as uploaded, so params is
+// the rounding of known values: the fraction rounded up matches the gap fraction (5 sigma),
+// exact values and NaN pass through, a rerun and the one-element path give the same bits,
+// another step or seed other bits. Skipping: a non-finite norm leaves every array's bits.
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "adamw.cuh"
@@ -16,7 +23,7 @@
 
 namespace {
 
-constexpr AdamWHyper kHyper = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+constexpr AdamWHyper kHyper = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1234};
 
 // m, v, master are float in both builds, from the same floatX grads. The GPU works in float,
 // the CPU in double: m = b1 m + (1-b1) g with |m| <= 0.02 is off by a few ulp (~1e-9), v (a sum
@@ -149,14 +156,54 @@ State gpu_step(const Context& ctx, Device& d, const State& s, const std::vector<
     return r;
 }
 
+uint32_t bits_of(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof(b));
+    return b;
+}
+float float_of(uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, sizeof(x));
+    return x;
+}
+
+// The two floatX neighbours of a finite x, toward zero and away from zero (equal when x is a
+// floatX value). In the fp32 build both are x itself.
+void floatx_neighbours(float x, float* toward_zero, float* away) {
+    if (sizeof(floatX) == sizeof(float)) {
+        *toward_zero = *away = x;
+        return;
+    }
+    const uint32_t b = bits_of(x), t = b & 0xFFFF0000u;
+    *toward_zero = float_of(t);
+    *away = t == b ? float_of(t) : float_of(t + 0x10000u);
+}
+
+// Every param must be one of the two floatX neighbours of its master value.
+void check_neighbours(const std::vector<float>& params, const std::vector<float>& master) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < params.size(); i++) {
+        float lo, hi;
+        floatx_neighbours(master[i], &lo, &hi);
+        const bool ok = bits_of(params[i]) == bits_of(lo) || bits_of(params[i]) == bits_of(hi);
+        if (!ok && bad++ == 0) first = i;
+    }
+    const bool ok = bad == 0 && !params.empty();
+    std::printf("  %-44s n=%-10zu %s", "adamw params in {neighbours of master}", params.size(),
+                ok ? "ok\n" : "FAIL");
+    if (!ok && !params.empty()) {
+        std::printf(" (%zu bad; first [%zu] param %.9g master %.9g)\n", bad, first, params[first],
+                    master[first]);
+    }
+    record_result(ok);
+}
+
 void compare(const State& gpu, const State& ref, bool use_master) {
     check_close("adamw m", gpu.m, ref.m, kMomentAtol, kStateRtol);
     check_close("adamw v", gpu.v, ref.v, kSecondMomentAtol, kStateRtol);
     if (use_master) {
         check_close("adamw master", gpu.master, ref.master, kParamAtol, kParamRtol);
-        std::vector<float> rounded = gpu.master;
-        round_to_floatx(rounded);
-        check_close("adamw params == round(master)", gpu.params, rounded, 0.0f, 0.0f);
+        check_neighbours(gpu.params, gpu.master);
     } else {
         check_close("adamw params", gpu.params, ref.params, kParamAtol, kLowParamRtol);
     }
@@ -183,6 +230,240 @@ void test_layout(const Context& ctx, const Layout& lay, bool use_master, size_t 
     }
 }
 
+// One update of the arrays already on the device (at offset d.offset), with an explicit norm
+// pointer (null: no clipping and no skip check).
+void run_update(const Context& ctx, Device& d, const AdamWTensors& t, const AdamWHyper& hyper,
+                float lr, int step, bool use_master, const float* norm) {
+    const AdamWStepValues values = {lr, step};
+    CUDA_CHECK(cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
+    const size_t o = d.offset;
+    adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr, d.m.get() + o,
+                 d.v.get() + o, d.grads.get() + o, t, hyper, d.step_values.get(), norm);
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::vector<unsigned char> params_bytes(const Device& d, size_t total) {
+    return download_bytes(d.params.get() + d.offset, total * sizeof(floatX));
+}
+
+// A non-finite squared norm (inf or NaN gradients) skips the step: params, master, m and v keep
+// every bit. With clipping on and off (the skip check does not depend on clipping), then a
+// finite norm, which must change the arrays (so the comparison can fail).
+void test_skip_non_finite(const Context& ctx) {
+    const Layout lay = {"skip", {13, 1, 777, 4099, 50}, {1, 0, 1, 0, 1}};
+    const AdamWTensors t = make_tensors(lay);
+    const size_t total = t.offsets[t.count];
+    std::printf("non-finite norm skips the step: %zu params\n", total);
+    Rng rng(7);
+    const State s = make_state(total, true, rng);
+    std::vector<float> grads(total);
+    fill_uniform(grads, rng, -0.1f, 0.1f);
+    Device d(total, 0);
+    upload(d.params.get(), s.params);
+    upload(d.master.get(), s.master);
+    upload(d.m.get(), s.m);
+    upload(d.v.get(), s.v);
+    upload(d.grads.get(), grads);
+    auto snapshot = [&]() {
+        std::vector<unsigned char> all = params_bytes(d, total);
+        for (const float* a : {d.master.get(), d.m.get(), d.v.get()}) {
+            const std::vector<unsigned char> b = download_bytes(a, total * sizeof(float));
+            all.insert(all.end(), b.begin(), b.end());
+        }
+        return all;
+    };
+    const std::vector<unsigned char> before = snapshot();
+    const struct {
+        const char* name;
+        float norm_squared, grad_clip;
+    } cases[] = {{"norm^2 = inf, clip 1", INFINITY, 1.0f},
+                 {"norm^2 = NaN, clip 1", NAN, 1.0f},
+                 {"norm^2 = -inf, clip off", -INFINITY, 0.0f},
+                 {"norm^2 = NaN, clip off", NAN, 0.0f}};
+    for (const auto& c : cases) {
+        upload(d.norm.get(), std::vector<float>{c.norm_squared});
+        AdamWHyper hyper = kHyper;
+        hyper.grad_clip = c.grad_clip;
+        run_update(ctx, d, t, hyper, 1e-2f, 1, true, d.norm.get());
+        check_bitwise_equal(c.name, before, snapshot());
+    }
+    upload(d.norm.get(), std::vector<float>{4.0f});
+    run_update(ctx, d, t, kHyper, 1e-2f, 1, true, d.norm.get());
+    const bool changed = snapshot() != before;
+    std::printf("  %-44s %s\n", "finite norm^2 = 4 does update", changed ? "ok" : "FAIL");
+    record_result(changed);
+}
+
+#if defined(ENABLE_BF16)
+// Stochastic rounding of master -> bf16 params. lr = 0 and no decay keep master bit-exact
+// (p - 0 * step == p for finite step), so params is the rounding of values we choose: bf16
+// values plus a known fraction of the gap, low16 / 2^16 of the magnitude's ulp, both signs,
+// magnitudes over many binades.
+struct RoundingGroup {
+    uint32_t low16;  // the low 16 bits of every fp32 pattern in the group
+    size_t begin, end;
+};
+
+struct RoundingCase {
+    std::vector<float> master;
+    std::vector<RoundingGroup> groups;
+    size_t special_begin;  // exact values, +-inf and NaN from here on
+};
+
+RoundingCase make_rounding_case() {
+    constexpr size_t kPerGroup = 1 << 18;
+    const uint32_t lows[] = {1, 0x4000, 0x8000, 0xB333, 0xFFFF};  // 2^-16, 1/4, 1/2, 0.7, ~1
+    RoundingCase rc;
+    Rng rng(11);
+    for (uint32_t low : lows) {
+        RoundingGroup g = {low, rc.master.size(), rc.master.size() + kPerGroup};
+        for (size_t i = g.begin; i < g.end; i++) {
+            // A random bf16 in +-[2^-20, 2^20): random sign, exponent and 7 mantissa bits.
+            const uint32_t sign = (uint32_t)rng.randint(2) << 31;
+            const uint32_t exponent = (uint32_t)(127 - 20 + rng.randint(40)) << 23;
+            const uint32_t mantissa = (uint32_t)rng.randint(128) << 16;
+            rc.master.push_back(float_of(sign | exponent | mantissa | low));
+        }
+        rc.groups.push_back(g);
+    }
+    rc.special_begin = rc.master.size();
+    for (int i = 0; i < 1001; i++) {  // exact bf16 values: they must not move
+        rc.master.push_back(to_float(from_float<floatX>(rng.uniform(-4.0f, 4.0f))));
+    }
+    // NaN must stay NaN. (An infinite master cannot reach the rounding: the update computes
+    // wd * p = 0 * inf = NaN first; -0 is left out because -0 - (+-0) may give +0.) Above the
+    // largest bf16 the neighbours are it and inf.
+    for (float x : {NAN, 0.0f, float_of(0x7F7FC000u), float_of(0xFF7FC000u)}) {
+        rc.master.push_back(x);
+    }
+    return rc;
+}
+
+// The fraction rounded up in magnitude (away from zero) in each group against its expectation:
+// element i goes to its neighbour away from zero with probability p_i = low16 / 2^16, its
+// fraction of the gap (for either sign: unbiased), independently, so the count is a sum of
+// Bernoullis with mean sum p_i and variance sum p_i (1 - p_i). A correct rounding lands within
+// 5 sigma (+1 for the discreteness) except with probability ~6e-7 per group; round to nearest
+// (all or none of a group go up) is off by >= 1/4 of the 2^18 elements of the 1/4, 1/2 and 0.7
+// groups (hundreds of sigma), and truncation is off in all but the first.
+void check_rounding_statistics(const RoundingCase& rc, const std::vector<float>& params,
+                               const char* label) {
+    for (const RoundingGroup& g : rc.groups) {
+        double mean = 0.0, var = 0.0;
+        size_t up = 0, bad = 0;
+        for (size_t i = g.begin; i < g.end; i++) {
+            float tz, away;
+            floatx_neighbours(rc.master[i], &tz, &away);
+            const double p = ((double)rc.master[i] - tz) / ((double)away - tz);
+            mean += p;
+            var += p * (1.0 - p);
+            if (bits_of(params[i]) == bits_of(away)) {
+                up++;
+            } else if (bits_of(params[i]) != bits_of(tz)) {
+                bad++;
+            }
+        }
+        const double n = (double)(g.end - g.begin);
+        const double bound = 5.0 * std::sqrt(var) + 1.0;
+        const bool ok = bad == 0 && std::fabs((double)up - mean) <= bound;
+        std::printf(
+            "  %s low16=0x%04x: rounded up %zu of %.0f, expected %.1f +- %.1f (5 sigma + 1), "
+            "fraction %.5f vs %.5f, %zu not a neighbour %s\n",
+            label, g.low16, up, n, mean, bound, up / n, mean / n, bad, ok ? "ok" : "FAIL");
+        record_result(ok);
+    }
+}
+
+void check_rounding_specials(const RoundingCase& rc, const std::vector<float>& params) {
+    size_t bad = 0;
+    for (size_t i = rc.special_begin; i < rc.master.size(); i++) {
+        const float x = rc.master[i];
+        float tz, away;
+        floatx_neighbours(x, &tz, &away);
+        const uint32_t b = bits_of(params[i]);
+        const bool ok =
+            std::isnan(x) ? std::isnan(params[i]) : b == bits_of(tz) || b == bits_of(away);
+        if (!ok) {
+            std::printf("  [%zu] master %g -> param %g\n", i, x, params[i]);
+            bad++;
+        }
+    }
+    std::printf("  %-44s n=%zu %s\n", "exact values, NaN, 0 kept; > max: max or inf",
+                rc.master.size() - rc.special_begin, bad == 0 ? "ok" : "FAIL");
+    record_result(bad == 0);
+}
+
+// How many params differ between two runs; a different (seed, t) re-draws every element's bits,
+// so about sum 2 p_i (1 - p_i) of them should differ. Requiring half that catches a step or
+// seed that is ignored (0 differ) with room to spare.
+void check_redrawn(const RoundingCase& rc, const std::vector<float>& a, const std::vector<float>& b,
+                   const char* what) {
+    double expected = 0.0;
+    size_t differ = 0;
+    for (size_t i = 0; i < rc.special_begin; i++) {
+        float tz, away;
+        floatx_neighbours(rc.master[i], &tz, &away);
+        const double p = ((double)rc.master[i] - tz) / ((double)away - tz);
+        expected += 2.0 * p * (1.0 - p);
+        differ += bits_of(a[i]) != bits_of(b[i]);
+    }
+    const bool ok = (double)differ >= 0.5 * expected;
+    std::printf("  %-44s %zu params differ, ~%.0f expected %s\n", what, differ, expected,
+                ok ? "ok" : "FAIL");
+    record_result(ok);
+}
+
+void test_stochastic_rounding(const Context& ctx) {
+    const RoundingCase rc = make_rounding_case();
+    const size_t total = rc.master.size();
+    const AdamWTensors t = make_tensors({"rounding", {total}, {0}});
+    std::printf("stochastic rounding: %zu values at known gap fractions\n", total);
+    Rng rng(12);
+    std::vector<float> m(total), v(total), grads(total);
+    fill_uniform(m, rng, -0.01f, 0.01f);
+    fill_uniform(v, rng, 1e-4f, 1e-3f);
+    fill_uniform(grads, rng, -0.1f, 0.1f);
+    // One run: fresh arrays at offset 0 or 1 (the packed or the one-element path).
+    auto run = [&](const AdamWHyper& hyper, int step, size_t offset) {
+        Device d(total, offset);
+        poison(d.params.get(), total + offset);
+        upload(d.master.get() + offset, rc.master);
+        upload(d.m.get() + offset, m);
+        upload(d.v.get() + offset, v);
+        upload(d.grads.get() + offset, grads);
+        run_update(ctx, d, t, hyper, 0.0f, step, true, nullptr);
+        const std::vector<float> master = download(d.master.get() + offset, total);
+        size_t moved = 0;
+        for (size_t i = 0; i < total; i++) {
+            const bool same = std::isnan(rc.master[i])
+                                  ? std::isnan(master[i])
+                                  : bits_of(master[i]) == bits_of(rc.master[i]);
+            moved += !same;
+        }
+        LLMC_CHECK(moved == 0,
+                   "test_adamw: lr = 0 moved %zu master values; the test needs "
+                   "master unchanged",
+                   moved);
+        return std::make_pair(download(d.params.get() + offset, total), params_bytes(d, total));
+    };
+    AdamWHyper hyper = kHyper;
+    hyper.grad_clip = 0.0f;
+    const auto first = run(hyper, 5, 0);
+    check_rounding_statistics(rc, first.first, "t=5");
+    check_rounding_specials(rc, first.first);
+    check_bitwise_equal("rerun: same (seed, t) gives the same bits", first.second,
+                        run(hyper, 5, 0).second);
+    check_bitwise_equal("one-element path gives the same bits", first.second,
+                        run(hyper, 5, 1).second);
+    const auto next = run(hyper, 6, 0);
+    check_rounding_statistics(rc, next.first, "t=6");
+    check_redrawn(rc, first.first, next.first, "t=6 vs t=5");
+    AdamWHyper other = hyper;
+    other.seed = hyper.seed + 1;
+    check_redrawn(rc, first.first, run(other, 5, 0).first, "seed+1 vs seed");
+}
+#endif
+
 }  // namespace
 
 int main() {
@@ -205,5 +486,9 @@ int main() {
     test_layout(ctx, small, false, 0, steps, 2);
     test_layout(ctx, small, true, 0, steps, 3);
     test_layout(ctx, small, !trainer_master, 1, steps, 4);
+    test_skip_non_finite(ctx);
+#if defined(ENABLE_BF16)
+    test_stochastic_rounding(ctx);
+#endif
     return test_summary("test_adamw");
 }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdarg>
@@ -312,9 +313,10 @@ void test_model_refusals(const std::string& dir) {
 }
 
 // Bytes of a debug state for cfg with B, T; random tokens and values; n_steps < 0 means no
-// trailer.
+// trailer; trailer_version 1 (no baselines) or 2 (with PyTorch's autocast baselines).
 std::vector<char> make_debug_state(const llmc::GPT2Config& cfg, int B, int T, int n_steps,
-                                   std::mt19937* rng, llmc::DebugState* expect) {
+                                   std::mt19937* rng, llmc::DebugState* expect,
+                                   int trailer_version = 1) {
     std::uniform_int_distribution<int> token(0, cfg.vocab_size - 1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const size_t BT = (size_t)B * T;
@@ -347,6 +349,17 @@ std::vector<char> make_debug_state(const llmc::GPT2Config& cfg, int B, int T, in
     append(&bytes, &n_steps, 1);
     append(&bytes, hp, 6);
     append(&bytes, expect->step_losses.data(), expect->step_losses.size());
+    expect->trailer_version = trailer_version;
+    if (trailer_version < 2) return bytes;
+    float base[llmc::kNumBaselines];
+    for (float& b : base) b = std::fabs(normal(*rng)) * 1e-2f;
+    expect->has_baseline = true;
+    expect->base_logits = base[0];
+    expect->base_loss = base[1];
+    for (int i = 0; i < llmc::kNumParamTensors; i++) expect->base_grads[i] = base[2 + i];
+    expect->base_step_losses = base[2 + llmc::kNumParamTensors];
+    append(&bytes, &trailer_version, 1);
+    append(&bytes, base, llmc::kNumBaselines);
     return bytes;
 }
 
@@ -355,7 +368,10 @@ bool same_state(const llmc::DebugState& a, const llmc::DebugState& b) {
            a.loss == b.loss && a.grads == b.grads && a.n_steps == b.n_steps && a.lr == b.lr &&
            a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
            a.weight_decay == b.weight_decay && a.grad_clip == b.grad_clip &&
-           a.step_losses == b.step_losses;
+           a.step_losses == b.step_losses && a.trailer_version == b.trailer_version &&
+           a.has_baseline == b.has_baseline && a.base_logits == b.base_logits &&
+           a.base_loss == b.base_loss && a.base_step_losses == b.base_step_losses &&
+           std::equal(a.base_grads, a.base_grads + llmc::kNumParamTensors, b.base_grads);
 }
 
 void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::mt19937* rng) {
@@ -364,7 +380,14 @@ void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::
     std::vector<char> with_trailer = make_debug_state(cfg, 2, 7, 3, rng, &expect);
     write_bytes(path, with_trailer);
     llmc::read_debug_state(path, cfg, &got);
-    check(same_state(got, expect), "debug state with a 3-step trailer reads back exactly");
+    check(same_state(got, expect) && !got.has_baseline,
+          "debug state with a 3-step version 1 trailer reads back exactly, without baselines");
+    llmc::DebugState expect2;
+    const std::vector<char> with_baseline = make_debug_state(cfg, 3, 5, 10, rng, &expect2, 2);
+    write_bytes(path, with_baseline);
+    llmc::read_debug_state(path, cfg, &got);
+    check(same_state(got, expect2) && got.has_baseline && got.trailer_version == 2,
+          "debug state with a version 2 trailer (10 steps, 19 baselines) reads back exactly");
 
     write_bytes(path, make_debug_state(cfg, 1, cfg.max_seq_len, -1, rng, &expect));
     got.n_steps = 99;
@@ -398,6 +421,16 @@ void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::
     refuse("a debug state with a truncated trailer", f, {"n_steps = 3", "38-byte trailer"});
     f.assign(with_trailer.begin(), with_trailer.begin() + core + 3);
     refuse("a debug state with a 3-byte trailer", f, {"3 bytes after the gradients"});
+    const size_t v2_at = with_baseline.size() - 4 * (1 + llmc::kNumBaselines);
+    f.assign(with_baseline.begin(), with_baseline.end() - 4);
+    refuse("a debug state with a truncated version 2 trailer", f,
+           {"version 2 trailer", "n_steps = 10", "truncated"});
+    f.assign(with_baseline.begin(), with_baseline.begin() + v2_at + 2);
+    refuse("a debug state with 2 stray bytes after a version 1 trailer", f, {"2 stray bytes"});
+    f = with_baseline;
+    std::memcpy(f.data() + v2_at, "\x07\0\0\0", 4);
+    refuse("a debug state with trailer version 7", f,
+           {"trailer version 7", "scripts/train_gpt2.py --write-state"});
     f = with_trailer;
     set_int(&f, 256 + 5, cfg.vocab_size);
     refuse("a debug state with a token id outside the vocab", f, {"x[5] = 101"});

@@ -6,13 +6,25 @@
 //   p = p - lr * ((m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd_i * p)
 // with wd_i = weight_decay for elements of tensors marked decayed, 0 otherwise; lr and t are
 // read from device memory. m, v overwritten. With master: p is read from and written to
-// master, params receives p rounded to floatX (round to nearest). Without: p is params.
+// master, params receives p rounded to floatX stochastically (bf16; see below). Without: p is
+// params (rounded to nearest when floatX is bf16). When norm_squared is given and *norm_squared
+// is not finite, every thread returns before touching memory (the step is skipped).
 //   bytes per parameter = 2*sizeof(floatX) + 16 (+ 8 with master)
+//
+// Stochastic rounding to bf16: bf16 is the top 16 bits of the fp32 pattern, so adding a uniform
+// 16-bit r to the pattern and truncating the low 16 bits rounds the magnitude up exactly when
+// r >= 2^16 - low16, i.e. with probability low16 / 2^16, the value's fraction of the gap (exact
+// values, low16 = 0, never move; carries into the exponent are the correct next neighbour).
+// r = the top 16 bits of lowbias32(lowbias32(i_lo ^ k0) ^ i_hi ^ k1), with (k0, k1) from
+// splitmix64 of (seed, t): a function of (seed, t, i) only.
+//
 // Elementwise, so deterministic. Grid-stride over packs of 4 elements (float4 loads of m, v,
 // master) when every array is 16-byte aligned, otherwise one element per thread; the last
 // total % 4 elements are done one by one.
+//
 // Last measured: not yet measured on a GPU.
 #include <cstdint>
+#include <type_traits>
 
 #include "adamw.cuh"
 #include "device_utils.cuh"
@@ -27,7 +39,46 @@ constexpr int kPack = 4;
 // Per-step constants, the same for every element.
 struct StepConstants {
     float lr, grad_scale, bias1, bias2;
+    uint32_t key0, key1;  // the stochastic rounding's hash key for (seed, t)
 };
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// A 32-bit integer hash with full avalanche (Chris Wellons' lowbias32 constants).
+__device__ __forceinline__ uint32_t lowbias32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    x ^= x >> 16;
+    return x;
+}
+
+// 16 uniform random bits for element i of this step.
+__device__ __forceinline__ uint32_t rounding_bits(const StepConstants& c, size_t i) {
+    const uint32_t h = lowbias32(lowbias32((uint32_t)i ^ c.key0) ^ (uint32_t)(i >> 32) ^ c.key1);
+    return h >> 16;
+}
+
+// The master value as params stores it: unchanged in the fp32 build; in bf16 rounded
+// stochastically with the 16 random bits r (inf and NaN take round-to-nearest, which keeps them).
+template <typename T>
+__device__ __forceinline__ T round_from_master(float x, uint32_t r) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const uint32_t bits = __float_as_uint(x);
+        if ((bits & 0x7F800000u) == 0x7F800000u) {
+            return __float2bfloat16_rn(x);
+        }
+        return __ushort_as_bfloat16((unsigned short)((bits + r) >> 16));
+    } else {
+        return from_float<T>(x);
+    }
+}
 
 __device__ __forceinline__ StepConstants step_constants(const AdamWHyper& h,
                                                         const AdamWStepValues* step_values,
@@ -41,6 +92,9 @@ __device__ __forceinline__ StepConstants step_constants(const AdamWHyper& h,
     if (h.grad_clip > 0.0f) {
         c.grad_scale = fminf(1.0f, h.grad_clip / (sqrtf(*norm_squared) + 1e-6f));
     }
+    const uint64_t key = splitmix64(h.seed ^ splitmix64((uint64_t)(uint32_t)step_values->step));
+    c.key0 = (uint32_t)key;
+    c.key1 = (uint32_t)(key >> 32);
     return c;
 }
 
@@ -94,7 +148,11 @@ __device__ __forceinline__ void adamw_pack(floatX* __restrict__ params, float* _
     for (int k = 0; k < kVec; k++) {
         const float wd = weight_decay_of(tensors, h.weight_decay, i + k);
         adamw_element(p.v[k], mv.v[k], vv.v[k], to_float(g.v[k]), wd, h, c);
-        out.v[k] = from_float<floatX>(p.v[k]);
+        if constexpr (kMaster) {
+            out.v[k] = round_from_master<floatX>(p.v[k], rounding_bits(c, i + k));
+        } else {
+            out.v[k] = from_float<floatX>(p.v[k]);
+        }
     }
     store_vec<kVec>(m + i, mv);
     store_vec<kVec>(v + i, vv);
@@ -113,8 +171,11 @@ __global__ void __launch_bounds__(kThreads)
                        const floatX* __restrict__ grads,  // (total)
                        AdamWTensors tensors, AdamWHyper hyper,
                        const AdamWStepValues* __restrict__ step_values,  // (1)
-                       const float* __restrict__ norm_squared,           // (1), grad_clip > 0
+                       const float* __restrict__ norm_squared,           // (1) or null
                        size_t total) {
+    if (norm_squared != nullptr && !isfinite(*norm_squared)) {
+        return;  // a non-finite gradient: skip the step, leave every array as it is
+    }
     const StepConstants c = step_constants(hyper, step_values, norm_squared);
     const size_t stride = (size_t)gridDim.x * kThreads;
     const size_t tid = (size_t)blockIdx.x * kThreads + threadIdx.x;

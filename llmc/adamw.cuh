@@ -6,6 +6,20 @@
 // lr and t are read from device memory (AdamWStepValues), so a captured CUDA graph replays
 // with the current values. master (fp32 copy of the params) is used when non-null: the update
 // runs on master and params receives the rounded value; in the fp32 build master is null.
+//
+// Rounding master -> bf16 params is stochastic: the result is one of the two bf16 neighbours of
+// the fp32 value, the one away from zero with probability equal to the value's fraction of the
+// gap, so the rounding is unbiased and updates smaller than half a bf16 ulp still move params on
+// average. The 16 random bits of element i come from a hash of (hyper.seed, t, i) alone: the
+// same for any grid, device or run, so a resumed run reproduces the params bit for bit. bf16
+// values stay exact, inf and NaN pass through. Without master (or in the fp32 build) params get
+// the plain float result (rounded to nearest in a bf16 build).
+//
+// Non-finite steps are skipped: when norm_squared is given and *norm_squared is not finite
+// (inf or NaN gradients), the kernel writes nothing, so params, master, m and v keep their
+// values. The check reads device memory, so it holds inside a captured CUDA graph; the host
+// sees the skipped step as the non-finite norm it gets back. norm_squared may be null only
+// when grad_clip <= 0, and then no step is skipped.
 #pragma once
 #include "context.cuh"
 #include "precision.cuh"
@@ -25,6 +39,9 @@ struct AdamWTensors {  // passed by value: tensor boundaries and which ones deca
 
 struct AdamWHyper {
     float beta1, beta2, eps, weight_decay, grad_clip;
+    // Seed of the stochastic rounding of master -> params (the trainer's -s seed): with t and the
+    // element index it fixes every random bit, so equal seeds give bit-identical runs.
+    unsigned long long seed;
 };
 
 void adamw_update(const Context& ctx, floatX* params, float* master, float* m, float* v,

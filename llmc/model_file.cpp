@@ -264,7 +264,8 @@ void check_tokens(const std::vector<int>& tokens, int V, const char* what,
     }
 }
 
-// The optional trailer: n_steps, six hyper-parameters, n_steps losses.
+// The optional trailer: n_steps, six hyper-parameters, n_steps losses (version 1), then
+// version 2's int32 2 and kNumBaselines floats.
 void read_trailer(std::FILE* f, long long remaining, const std::string& path, DebugState* st) {
     const long long fixed = (long long)(sizeof(int) + 6 * sizeof(float));
     LLMC_CHECK(remaining >= fixed,
@@ -275,11 +276,12 @@ void read_trailer(std::FILE* f, long long remaining, const std::string& path, De
     LLMC_CHECK(st->n_steps >= 0 && st->n_steps <= kMaxSteps,
                "debug state '%s' has a trailer with n_steps = %d, outside [0, %d].", path.c_str(),
                st->n_steps, kMaxSteps);
-    const long long expected = fixed + (long long)st->n_steps * (long long)sizeof(float);
-    LLMC_CHECK(remaining == expected,
+    const long long v1 = fixed + (long long)st->n_steps * (long long)sizeof(float);
+    const long long v2 = v1 + (long long)(sizeof(int) + kNumBaselines * sizeof(float));
+    LLMC_CHECK(remaining >= v1,
                "debug state '%s' has a %lld-byte trailer but n_steps = %d needs %lld bytes; it "
                "is truncated or corrupt.",
-               path.c_str(), remaining, st->n_steps, expected);
+               path.c_str(), remaining, st->n_steps, v1);
     float hp[6];
     read_exact(f, hp, sizeof(hp), "trailer", path);
     st->lr = hp[0];
@@ -290,6 +292,29 @@ void read_trailer(std::FILE* f, long long remaining, const std::string& path, De
     st->grad_clip = hp[5];
     st->step_losses.resize(st->n_steps);
     read_exact(f, st->step_losses.data(), st->n_steps * sizeof(float), "trailer losses", path);
+    st->trailer_version = 1;
+    if (remaining == v1) return;
+    LLMC_CHECK(remaining >= v1 + (long long)sizeof(int),
+               "debug state '%s' has %lld stray bytes after its trailer; it is corrupt.",
+               path.c_str(), remaining - v1);
+    int version = 0;
+    read_exact(f, &version, sizeof(int), "trailer version", path);
+    LLMC_CHECK(version == kTrailerVersion,
+               "debug state '%s' has trailer version %d; this build reads versions 1 and %d, so "
+               "rewrite the state with this checkout's scripts/train_gpt2.py --write-state.",
+               path.c_str(), version, kTrailerVersion);
+    LLMC_CHECK(remaining == v2,
+               "debug state '%s' has a %lld-byte version %d trailer but n_steps = %d needs %lld "
+               "bytes; it is truncated or corrupt.",
+               path.c_str(), remaining, version, st->n_steps, v2);
+    float base[kNumBaselines];
+    read_exact(f, base, sizeof(base), "trailer baselines", path);
+    st->base_logits = base[0];
+    st->base_loss = base[1];
+    for (int i = 0; i < kNumParamTensors; i++) st->base_grads[i] = base[2 + i];
+    st->base_step_losses = base[2 + kNumParamTensors];
+    st->trailer_version = version;
+    st->has_baseline = true;
 }
 
 }  // namespace
@@ -340,6 +365,10 @@ void read_debug_state(const std::string& path, const GPT2Config& cfg, DebugState
     st->n_steps = 0;
     st->lr = st->beta1 = st->beta2 = st->eps = st->weight_decay = st->grad_clip = 0.0f;
     st->step_losses.clear();
+    st->trailer_version = 0;
+    st->has_baseline = false;
+    st->base_logits = st->base_loss = st->base_step_losses = 0.0f;
+    for (float& b : st->base_grads) b = 0.0f;
     if (actual > core) read_trailer(file.f, actual - core, path, st);
 }
 

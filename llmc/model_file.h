@@ -16,6 +16,12 @@
 // losses[k] is the loss of the forward pass after k AdamW updates on the same batch (so
 // losses[0] == loss); each update clips the global gradient norm to grad_clip as PyTorch's
 // clip_grad_norm_ does, and decays only the 2-D weights.
+// Trailer version 2 (scripts/train_gpt2.py writes it; version 1 is the above alone) appends
+//   int32 trailer_version (2); float baseline[kNumBaselines]
+// PyTorch's own bf16 error on the same batch: the run under torch.autocast(bfloat16) against the
+// fp32 run, in the order logits (||a - f|| / ||f||), loss (|a - f|), the 16 gradients in file
+// order (||a - f|| / ||f||), step losses (max over k of |a_k - f_k|, a and f each running its
+// own n_steps AdamW steps). The bf16 test_gpt2cu sets its thresholds from these.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +34,8 @@ constexpr int kModelMagic = 20240326;
 constexpr int kDebugStateMagic = 20240327;
 constexpr int kTokenizerMagic = 20240328;
 constexpr int kNumParamTensors = 16;
+constexpr int kTrailerVersion = 2;                   // the newest debug-state trailer
+constexpr int kNumBaselines = kNumParamTensors + 3;  // logits, loss, 16 grads, step losses
 
 // Parameter tensors, in file order. Linear weights are (out_features, in_features), row-major.
 enum ParamIndex {
@@ -95,6 +103,11 @@ struct DebugState {
     int n_steps = 0;
     float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
     std::vector<float> step_losses;  // n_steps
+    // trailer version 2 (trailer_version: 0 no trailer, 1 or 2): PyTorch's bf16 autocast error
+    int trailer_version = 0;
+    bool has_baseline = false;  // trailer_version >= 2
+    float base_logits = 0, base_loss = 0, base_step_losses = 0;
+    float base_grads[kNumParamTensors] = {};
 };
 // Reads a debug state written for the model `cfg`; exits with one sentence on any problem.
 void read_debug_state(const std::string& path, const GPT2Config& cfg, DebugState* st);

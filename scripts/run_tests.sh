@@ -4,12 +4,13 @@
 # CPU (always): the host tests (model files, data loader), the trainer's option checks, and the
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
 # the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77).
-# GPU (when nvidia-smi sees a GPU): every per-op test under dev/, and test_gpt2cu on the same
+# GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
+# build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
 # dump with CUDA graphs on and off. Without a GPU each prints SKIP and its reason.
 # Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PRECISION_DIR=${PRECISION_DIR:-build/fp32}
+PRECISION_DIR=${PRECISION_DIR:-build/bf16}
 TESTDATA=build/testdata
 mkdir -p "$TESTDATA"
 passed=0 failed=0 skipped=0

@@ -7,7 +7,8 @@ llmc/model_file.h and llmc/dataloader.h):
 
   model file      --write-model PATH [--model-dtype float32|bfloat16]
   debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients, then our
-                  trailer with the losses of --dump-steps AdamW steps on that batch)
+                  trailer with the losses of --dump-steps AdamW steps on that batch and the
+                  error of the same run under bf16 autocast, for the bf16 test's thresholds)
   tokenizer file  --write-tokenizer PATH --encoder-dir DIR
   token shards    --tokenize FILE --encoder-dir DIR --out-dir DIR   (GPT-2 byte-level BPE)
                   --random-shards DIR --num-tokens N                (random ids, for tests)
@@ -308,38 +309,80 @@ def set_precision(tf32, deterministic):
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
 
 
-def write_state(path, model, x, y, args):
-    """Debug state v2 + trailer, computed in float32 with TF32 off and deterministic kernels."""
-    set_precision(tf32=False, deterministic=True)
-    B, T = x.shape
+def rel_err(a, ref):
+    """||a - ref|| / ||ref|| in float64 (||a - ref|| when ref is all zeros)."""
+    a, ref = a.astype(np.float64), ref.astype(np.float64)
+    den = np.linalg.norm(ref)
+    err = np.linalg.norm(a - ref)
+    return float(err / den) if den > 0 else float(err)
+
+
+def fwd_bwd_steps(model, x, y, args, autocast):
+    """logits and loss of one forward, the 16 gradients, then the loss before each of
+    --dump-steps AdamW updates (losses[0] is the first loss). Mutates model."""
     model.train()
     model.zero_grad(set_to_none=True)
-    logits, loss = model(x, y)
-    loss.backward()
     opt = make_optimizer(model, args)
+    with autocast():
+        logits, loss = model(x, y)
+    loss.backward()
+    # Copies: on the CPU .numpy() shares the tensor's memory, and clipping scales grads in place.
+    logits = logits.detach().float().cpu().numpy().copy()
+    grads = [g.copy() for g in file_tensors(model, grads=True)]
+    losses, norms = [loss.item()], []
+    for _ in range(1, args.dump_steps):
+        norms.append(clip(model, args.grad_clip))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            _, loss = model(x, y)
+        loss.backward()
+        losses.append(loss.item())
+    return logits, losses, grads, norms
+
+
+def write_state(path, model, x, y, args):
+    """Debug state v2 + trailer (version 2), computed in float32 with TF32 off and deterministic
+    kernels; the trailer's baselines come from the same batch, from the same weights, under
+    torch.autocast(bfloat16): how far PyTorch's own bf16 run lands from its fp32 run."""
+    import contextlib
+    import copy
+    import torch
+    set_precision(tf32=False, deterministic=True)
+    B, T = x.shape
+    bf16_model = copy.deepcopy(model)  # the same initial weights, before any update
+    logits, losses, grads, norms = fwd_bwd_steps(model, x, y, args, contextlib.nullcontext)
+    print(f"state loss {losses[0]:.6f}")
+    for k in range(1, args.dump_steps):
+        print(f"state step {k}: grad norm before the update {norms[k - 1]:.6f}, "
+              f"loss {losses[k]:.6f}")
+    a_logits, a_losses, a_grads, _ = fwd_bwd_steps(
+        bf16_model, x, y, args,
+        lambda: torch.autocast(device_type=x.device.type, dtype=torch.bfloat16))
+    del bf16_model
+    V = model.cfg["vocab_size"]
+    base = [rel_err(a_logits, logits), abs(a_losses[0] - losses[0])]
+    base += [rel_err(a, f) for a, f in zip(a_grads, grads)]
+    base.append(max(abs(a - f) for a, f in zip(a_losses, losses)))
+    names = ["logits", "loss"] + [f"grad {i}" for i in range(len(grads))] + ["step losses"]
+    print("bf16 autocast vs fp32 (rel. error norm; loss, step losses: abs): " +
+          ", ".join(f"{n} {b:.3e}" for n, b in zip(names, base)))
     with open(path, "wb") as f:
         f.write(header(STATE_MAGIC, 2, B, T))
         f.write(x.cpu().numpy().astype("<i4").tobytes())
         f.write(y.cpu().numpy().astype("<i4").tobytes())
-        f.write(logits.detach().cpu().numpy().astype("<f4").tobytes())
-        f.write(struct.pack("<f", loss.item()))
-        for g in file_tensors(model, grads=True):
+        f.write(logits.reshape(B, T, V).astype("<f4").tobytes())
+        f.write(struct.pack("<f", losses[0]))
+        for g in grads:
             f.write(g.astype("<f4").tobytes())
-        losses = [loss.item()]
-        print(f"state loss {losses[0]:.6f}")
-        for k in range(1, args.dump_steps):
-            norm = clip(model, args.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            _, loss = model(x, y)
-            loss.backward()
-            losses.append(loss.item())
-            print(f"state step {k}: grad norm before the update {norm:.6f}, loss {losses[-1]:.6f}")
         f.write(struct.pack("<i", args.dump_steps))
         f.write(struct.pack("<6f", args.lr, args.beta1, args.beta2, args.eps, args.weight_decay,
                             args.grad_clip))
         f.write(np.array(losses, dtype="<f4").tobytes())
-    print(f"wrote {path}: debug state B={B} T={T}, {args.dump_steps} step losses")
+        f.write(struct.pack("<i", 2))  # trailer version 2: the autocast baselines follow
+        f.write(np.array(base, dtype="<f4").tobytes())
+    print(f"wrote {path}: debug state B={B} T={T}, {args.dump_steps} step losses, "
+          f"bf16 autocast baselines")
 
 
 # ------------------------------------------------------------------------------------------
