@@ -2,7 +2,8 @@
 // backward against the CPU reference (cpu_ops.h).
 //
 // Shapes: GPT-2 (N=4096, C=768), small and odd ones (N=77 with C=128 and C=96; N=33, C=13,
-// which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block).
+// which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block;
+// N=9, C=2048, too wide for the row-in-registers kernels in bf16).
 // Inputs have a mean of 2, so a one-pass variance would show. The backward starts from random
 // dinp, dweight, dbias (it accumulates) and is run twice with the scratch poisoned: results
 // must be bitwise identical.
@@ -202,5 +203,7 @@ int main() {
     test_shape(ctx, {"C96", 77, 96}, 3);
     test_shape(ctx, {"odd C (one-element path)", 33, 13}, 4);
     test_shape(ctx, {"gpt2-xl width", 5, 1600}, 5);
+    // Wider than the register-held kernels take (7 * 32 * 8 bf16 values): the generic vector path.
+    test_shape(ctx, {"C2048 (generic vector path)", 9, 2048}, 6);
     return test_summary("test_layernorm");
 }

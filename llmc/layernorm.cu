@@ -17,9 +17,13 @@
 // second kernel sums the G partial rows in a fixed order and adds them in.
 // Preconditions: C <= kMaxC (so one warp's gradient slice fits in shared memory). 16-byte
 // vector loads when C is a multiple of 16 / sizeof(floatX) and the tensors are 16-byte aligned,
-// otherwise one element per lane.
+// otherwise one element per lane. With vector loads and C <= 7 * 32 * kVecX (1792 in bf16, so
+// every GPT-2 width) the row-in-registers kernels run: each row is read from memory once and
+// the backward keeps each lane's weight/bias gradient sums in registers; they compute the same
+// sums in the same order as the generic kernels, so results are bit-identical between the two.
 // Last measured: not yet measured on a GPU.
 #include <cstdint>
+#include <type_traits>
 
 #include "device_utils.cuh"
 #include "layernorm.cuh"
@@ -34,7 +38,10 @@ constexpr float kEps = 1e-5f;
 constexpr int kBackwardMaxWarps = 8;
 constexpr size_t kBackwardSmemBytes = 48 * 1024;
 constexpr int kMaxC = (int)(kBackwardSmemBytes / (2 * sizeof(float)));
-constexpr int kBackwardBlocksPerSm = 2;
+constexpr int kBackwardBlocksPerSm = 4;
+// Rows of up to kMaxRegisterIters * 32 * kVecX elements take the register-held kernels.
+// 7 covers GPT-2's widest row in bf16 (C = 1600); 8 spills in the backward.
+constexpr int kMaxRegisterIters = 7;
 // Partial-sum reduction: 32 columns per block, 8 groups of partial rows per column.
 constexpr int kReduceCols = 32;
 constexpr int kReduceGroups = 8;
@@ -128,6 +135,80 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
     }
 }
 
+// The same forward with the row held in registers: lane `lane` owns the kVec-wide columns
+// (i * 32 + lane) * kVec for i < kIters, so the row is read from memory once. Same sums in the
+// same order as the kernel above, so the results are bit-identical. C <= kIters * 32 * kVec.
+template <int kVec, int kIters, bool kResidual>
+__global__ void __launch_bounds__(kForwardWarps* kWarpSize)
+    layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,         // (N, C)
+                                              float* __restrict__ mean,         // (N)
+                                              float* __restrict__ rstd,         // (N)
+                                              floatX* __restrict__ residual,    // (N, C), kResidual
+                                              const floatX* __restrict__ inp1,  // (N, C)
+                                              const floatX* __restrict__ inp2,  // (N, C)
+                                              const floatX* __restrict__ weight,  // (C)
+                                              const floatX* __restrict__ bias,    // (C)
+                                              int N, int C) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
+    if (row >= N) {
+        return;
+    }
+    const size_t base = (size_t)row * C;
+    float x[kIters][kVec];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+        const int c = (i * kWarpSize + lane) * kVec;
+        if (c < C) {
+            load_input<kVec, kResidual>(x[i], inp1, inp2, base + c);
+            if constexpr (kResidual) {
+                Vec<floatX, kVec> r;
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    r.v[k] = from_float<floatX>(x[i][k]);
+                }
+                store_vec<kVec>(residual + base + c, r);
+            }
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                sum += x[i][k];
+            }
+        }
+    }
+    const float m = warp_sum(sum) / (float)C;
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+        if ((i * kWarpSize + lane) * kVec < C) {
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                sq += (x[i][k] - m) * (x[i][k] - m);
+            }
+        }
+    }
+    const float s = 1.0f / sqrtf(warp_sum(sq) / (float)C + kEps);
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+        const int c = (i * kWarpSize + lane) * kVec;
+        if (c < C) {
+            const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+            const Vec<floatX, kVec> b = load_vec<kVec>(bias + c);
+            Vec<floatX, kVec> o;
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                o.v[k] =
+                    from_float<floatX>((x[i][k] - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+            }
+            store_vec<kVec>(out + base + c, o);
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
 // One warp per row (rows strided over the grid). Writes dinp and this block's partial row
 // partials[blockIdx.x] = (sum of dout * xhat, sum of dout) over the block's rows.
 // Dynamic shared memory: warps * 2 * C floats.
@@ -199,6 +280,101 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
     }
 }
 
+// The same backward with each row read once into registers and each lane's weight and bias
+// gradient sums kept in registers (a lane owns the same columns in every row, as in the
+// forward above), so the inner loop does no shared-memory read-modify-write. At the end the
+// block adds its warps' sums in warp order in shared memory (2C floats): the same order as the
+// kernel above, so dinp and the partial rows are bit-identical to it. C <= kIters * 32 * kVec.
+template <int kVec, int kIters>
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
+    layernorm_backward_row_in_registers_kernel(floatX* __restrict__ dinp,          // (N, C)
+                                               float* __restrict__ partials,       // (G, 2, C)
+                                               const floatX* __restrict__ dout,    // (N, C)
+                                               const floatX* __restrict__ inp,     // (N, C)
+                                               const floatX* __restrict__ weight,  // (C)
+                                               const float* __restrict__ mean,     // (N)
+                                               const float* __restrict__ rstd,     // (N)
+                                               int N, int C) {
+    extern __shared__ float block_sums[];  // (2, C)
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    float dw[kIters][kVec], db[kIters][kVec];
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            dw[i][k] = 0.0f;
+            db[i][k] = 0.0f;
+        }
+    }
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row];
+        const float s = rstd[row];
+        Vec<floatX, kVec> g[kIters], x[kIters];
+        float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kIters; i++) {
+            const int c = (i * kWarpSize + lane) * kVec;
+            if (c < C) {
+                g[i] = load_vec<kVec>(dout + base + c);
+                x[i] = load_vec<kVec>(inp + base + c);
+                const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    const float dn = to_float(g[i].v[k]) * to_float(w.v[k]);
+                    sum_dn += dn;
+                    sum_dn_xhat += dn * (to_float(x[i].v[k]) - m) * s;
+                }
+            }
+        }
+        const float mean_dn = warp_sum(sum_dn) / (float)C;
+        const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+#pragma unroll
+        for (int i = 0; i < kIters; i++) {
+            const int c = (i * kWarpSize + lane) * kVec;
+            if (c < C) {
+                const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+                Vec<floatX, kVec> d = load_vec<kVec>(dinp + base + c);
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    const float gk = to_float(g[i].v[k]);
+                    const float xhat = (to_float(x[i].v[k]) - m) * s;
+                    const float dn = gk * to_float(w.v[k]);
+                    d.v[k] = from_float<floatX>(to_float(d.v[k]) +
+                                                s * (dn - mean_dn - xhat * mean_dn_xhat));
+                    dw[i][k] += gk * xhat;
+                    db[i][k] += gk;
+                }
+                store_vec<kVec>(dinp + base + c, d);
+            }
+        }
+    }
+    // Warp w adds its sums after warps 0..w-1: the block's partial row in warp order.
+    for (int w = 0; w < warps; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < kIters; i++) {
+                const int c = (i * kWarpSize + lane) * kVec;
+                if (c < C) {
+#pragma unroll
+                    for (int k = 0; k < kVec; k++) {
+                        const float prev_w = w == 0 ? 0.0f : block_sums[c + k];
+                        const float prev_b = w == 0 ? 0.0f : block_sums[C + c + k];
+                        block_sums[c + k] = prev_w + dw[i][k];
+                        block_sums[C + c + k] = prev_b + db[i][k];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        partials[(size_t)blockIdx.x * 2 * C + c] = block_sums[c];
+    }
+}
+
 // Column sums of partials (G, 2C) in a fixed order, added into dweight | dbias. Block: 32
 // columns x kReduceGroups groups; group y sums partial rows y, y + groups, ... in order, then
 // group 0 sums the groups in order.
@@ -245,14 +421,42 @@ BackwardShape backward_shape(const Context& ctx, int N, int C) {
     return b;
 }
 
+// kIters of the register-held kernels for C (vector path), or 0 when C needs the generic one.
+int register_iters(int C) {
+    const int iters = (C + kWarpSize * kVecX - 1) / (kWarpSize * kVecX);
+    return iters <= kMaxRegisterIters ? iters : 0;
+}
+
+// Calls f(std::integral_constant<int, I>{}) for the I = iters in 1..kMaxRegisterIters.
+template <typename F>
+void with_iters(int iters, F f) {
+    if (iters == 1) return f(std::integral_constant<int, 1>{});
+    if (iters == 2) return f(std::integral_constant<int, 2>{});
+    if (iters == 3) return f(std::integral_constant<int, 3>{});
+    if (iters == 4) return f(std::integral_constant<int, 4>{});
+    if (iters == 5) return f(std::integral_constant<int, 5>{});
+    if (iters == 6) return f(std::integral_constant<int, 6>{});
+    return f(std::integral_constant<int, kMaxRegisterIters>{});
+}
+
+// kVec == kVecX: the row-in-registers kernel when C allows it; kVec == 1: the generic one.
 template <int kVec, bool kResidual>
 void launch_layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
                               floatX* residual, const floatX* inp1, const floatX* inp2,
                               const floatX* weight, const floatX* bias, int N, int C) {
     const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
-    layernorm_forward_warp_per_row_kernel<kVec, kResidual>
-        <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(out, mean, rstd, residual, inp1,
-                                                               inp2, weight, bias, N, C);
+    const int iters = kVec == kVecX ? register_iters(C) : 0;
+    if (iters > 0) {
+        with_iters(iters, [&](auto it) {
+            layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value, kResidual>
+                <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(
+                    out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
+        });
+    } else {
+        layernorm_forward_warp_per_row_kernel<kVec, kResidual>
+            <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(out, mean, rstd, residual, inp1,
+                                                                   inp2, weight, bias, N, C);
+    }
     CUDA_CHECK_LAST();
 }
 
@@ -323,7 +527,15 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     const size_t smem = (size_t)shape.warps * 2 * C * sizeof(float);
     const bool vec =
         C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
-    if (vec) {
+    const int iters = vec ? register_iters(C) : 0;
+    if (iters > 0) {
+        // Only the block's (2, C) sums live in shared memory here.
+        with_iters(iters, [&](auto it) {
+            layernorm_backward_row_in_registers_kernel<kVecX, decltype(it)::value>
+                <<<shape.blocks, shape.warps * kWarpSize, 2 * C * sizeof(float), ctx.stream>>>(
+                    dinp, partials, dout, inp, weight, mean, rstd, N, C);
+        });
+    } else if (vec) {
         layernorm_backward_warp_per_row_kernel<kVecX>
             <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(dinp, partials, dout, inp,
                                                                           weight, mean, rstd, N, C);
