@@ -47,16 +47,17 @@ constexpr float kLossSumRtol = 2e-6f;
 // (kChunk*AtolOfMax * max|ref|): the sums cancel (dlogits rows sum to 0), so single elements can
 // be far smaller than the terms they are summed from.
 #if defined(ENABLE_BF16)
-// Logits: one bf16 rounding of a float sum of C <= 64 exact products: half an ulp, 2x that.
-constexpr float kChunkLogitsRtol = kBf16RoundingRel;
+// Logits: one bf16 rounding of a float sum of C <= 64 exact products: half an ulp
+// (kBf16RoundingRel), 2x that.
+constexpr float kChunkLogitsRtol = 2 * kBf16RoundingRel;
 constexpr float kChunkLogitsAtolOfMax = 1e-5f;
 // dlnf: the reference takes the CPU dlogits rounded to bf16; the GPU's bf16 dlogits equal them
 // but for rare 1-ulp ties, each moving a sum by <= one ulp of the largest term; plus one
 // rounding of the result (half an ulp, 2x that).
 constexpr float kChunkDlnfRtol = 2 * kBf16RoundingRel;
 constexpr float kChunkDlnfAtolOfMax = kBf16RoundingRel;
-// dwte: one bf16 rounding per chunk as the chunks accumulate (<= 3 here), 2x the half ulps.
-constexpr float kChunkDwteRtol = 3 * kBf16RoundingRel;
+// dwte: one bf16 rounding per chunk as the chunks accumulate (<= 3 here), 2x those half ulps.
+constexpr float kChunkDwteRtol = 2 * 3 * kBf16RoundingRel;
 constexpr float kChunkDwteAtolOfMax = kBf16RoundingRel;
 #else
 // fp32 GEMMs (TF32 off): a few ulp over C <= 64 terms.

@@ -20,8 +20,8 @@ namespace {
 // ~|x| * 1e-7 for |x| <= 12, so atol 2e-6. rtol 1e-5 is 10x the typical relative error.
 constexpr float kAtol = 2e-6f;
 #if defined(ENABLE_BF16)
-// One rounding of the float result to bf16: half an ulp.
-constexpr float kRtol = kBf16RoundingRel;
+// One rounding of the float result to bf16: half an ulp (kBf16RoundingRel), 2x that.
+constexpr float kRtol = 2 * kBf16RoundingRel;
 #else
 constexpr float kRtol = 1e-5f;
 #endif
