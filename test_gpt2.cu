@@ -1,14 +1,17 @@
 // test_gpt2.cu: model-level parity against the PyTorch reference dump.
 //
 //   test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] [--tf32 0|1]
+//               [--recompute 0|1|2]
 //
 // Runs forward on the dump's batch and compares the logits and the loss, runs one training
 // step and compares every parameter gradient (per tensor: max abs error, error norm relative
 // to the reference norm, worst element), then runs the dump's AdamW steps and compares each
-// step's loss. Exits 1 on any mismatch. The fp32 build's bounds are fixed; the bf16 build's are
-// a multiple of PyTorch's own bf16 autocast error on the same batch, which the dump's trailer
-// holds (version 2), and each row prints ours, PyTorch's and the ratio.
-// Files come from scripts/train_gpt2.py --write-model --write-state.
+// step's loss. Then builds the model in the other two recompute modes, runs one step on the same
+// batch and checks their gradients against the first. The classifier runs in three chunks (the
+// last one shorter), so the chunked path is what is compared. Exits 1 on any mismatch. The fp32
+// build's bounds are fixed; the bf16 build's are a multiple of PyTorch's own bf16 autocast error
+// on the same batch, which the dump's trailer holds (version 2), and each row prints ours,
+// PyTorch's and the ratio. Files come from scripts/train_gpt2.py --write-model --write-state.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -67,12 +70,13 @@ struct Options {
     std::string model, state;
     int graph = 1;
     int tf32 = 0;
+    int recompute = 0;
 };
 
 void usage_and_exit(const char* why) {
     std::fprintf(stderr,
                  "error: %s\nusage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph "
-                 "0|1] [--tf32 0|1]\n",
+                 "0|1] [--tf32 0|1] [--recompute 0|1|2]\n",
                  why);
     std::exit(2);
 }
@@ -84,7 +88,7 @@ Options parse(int argc, char** argv) {
         if (f == "-h" || f == "--help") {
             std::printf(
                 "usage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] "
-                "[--tf32 0|1]\n"
+                "[--tf32 0|1] [--recompute 0|1|2]\n"
                 "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch "
                 "dump.\n");
             std::exit(0);
@@ -99,6 +103,8 @@ Options parse(int argc, char** argv) {
             o.graph = v == "1";
         else if (f == "--tf32" && (v == "0" || v == "1"))
             o.tf32 = v == "1";
+        else if (f == "--recompute" && (v == "0" || v == "1" || v == "2"))
+            o.recompute = v[0] - '0';
         else
             usage_and_exit(("unknown option or bad value: " + f + " " + v).c_str());
     }
@@ -182,6 +188,51 @@ Bounds make_bounds(const DebugState& st, const std::string& path, bool tf32) {
     return b;
 }
 
+// Rows per classifier chunk in this test: three chunks, the last one shorter (for N >= 4), so
+// the chunk loop, its row offsets and a ragged last chunk are all exercised.
+GPT2Options model_options(int recompute, size_t N) {
+    GPT2Options o;
+    o.recompute = recompute;
+    o.classifier_chunk_rows = (int)(N / 3 + 1);
+    return o;
+}
+
+// Builds the model with another recompute mode, runs one step on the same batch and checks
+// that its gradients are bitwise `ref` (recomputation must reuse the forward's exact values).
+bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
+                               const std::vector<float>& params, const DebugState& st,
+                               const AdamWHyper& hyper, int recompute, bool graph,
+                               const std::vector<float>& ref) {
+    const size_t N = (size_t)st.B * st.T;
+    GPT2 model;
+    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
+    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
+    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
+    model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+    model.io.step_values->step = 1;
+    gpt2_step(ctx, &model, graph);
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    std::vector<float> grads;
+    gpt2_download_grads(ctx, model, &grads);
+    size_t first = grads.size() == ref.size() ? grads.size() : 0;
+    for (size_t i = 0; i < grads.size() && i < ref.size(); i++) {
+        if (std::memcmp(&grads[i], &ref[i], sizeof(float)) != 0) {
+            first = i;
+            break;
+        }
+    }
+    const bool ok = first == ref.size();
+    if (ok) {
+        std::printf("recompute %d gradients bitwise identical (%zu values)  ok\n", recompute,
+                    ref.size());
+    } else {
+        std::printf("recompute %d gradients differ: first at [%zu] got %+.9e ref %+.9e  FAIL\n",
+                    recompute, first, first < grads.size() ? grads[first] : 0.0f,
+                    first < ref.size() ? ref[first] : 0.0f);
+    }
+    return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,9 +253,11 @@ int main(int argc, char** argv) {
     }
     Context ctx;
     context_init(&ctx, 0, opt.tf32 != 0);
-    std::printf("test_gpt2cu: %s build, L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, graph %d, tf32 %d\n",
-                kPrecisionName, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size,
-                cfg.padded_vocab_size, st.B, st.T, opt.graph, opt.tf32);
+    std::printf(
+        "test_gpt2cu: %s build, L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, graph %d, tf32 %d, "
+        "recompute %d\n",
+        kPrecisionName, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size,
+        cfg.padded_vocab_size, st.B, st.T, opt.graph, opt.tf32, opt.recompute);
 #if defined(ENABLE_BF16)
     std::printf(
         "bf16 bounds: ours <= %.0f (layernorm gradients: %.0f) x torch-bf16 (PyTorch's autocast "
@@ -214,18 +267,22 @@ int main(int argc, char** argv) {
 #endif
     AdamWHyper hyper{st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_clip, kRoundingSeed};
     GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper);
     const size_t N = (size_t)st.B * st.T;
+    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(opt.recompute, N));
     const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
     std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
     Tally tally;
 
     // 1. Forward: logits (first V of each Vp row) and loss.
-    const float loss0 = gpt2_eval_loss(ctx, &model);
+    // The model keeps one chunk of logits: every chunk is copied out into d_logits.
+    floatX* d_logits = nullptr;
+    CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
+    const float loss0 = gpt2_eval_loss(ctx, &model, d_logits);
     std::vector<floatX> logits_x(N * Vp);
-    CUDA_CHECK(cudaMemcpy(logits_x.data(), model.acts.logits, N * Vp * sizeof(floatX),
-                          cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(logits_x.data(), d_logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d_logits));
     std::vector<float> logits(N * V);
     for (size_t r = 0; r < N; r++)
         for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_x[r * Vp + v]);
@@ -239,7 +296,7 @@ int main(int argc, char** argv) {
     tally.record(loss_ok);
 
     // 2. One training step: gradients (read after the step; the update does not touch them).
-    std::vector<float> step_losses;
+    std::vector<float> step_losses, grads;
     for (int k = 0; k < std::max(1, st.n_steps); k++) {
         model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
         model.io.step_values->step = k + 1;
@@ -247,7 +304,6 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
         step_losses.push_back(model.io.results[0]);
         if (k == 0) {
-            std::vector<float> grads;
             gpt2_download_grads(ctx, model, &grads);
             const ParamLayout lay = param_layout(cfg);
             for (int i = 0; i < kNumParamTensors; i++) {
@@ -267,6 +323,12 @@ int main(int argc, char** argv) {
         if (st.has_baseline) std::printf("  torch-bf16 max %.2e", st.base_step_losses);
         std::printf("  %s\n", ok ? "ok" : "FAIL");
         tally.record(ok);
+    }
+    // 4. The other recompute modes: the same gradients, bit for bit.
+    for (int r = 0; r <= 2; r++) {
+        if (r == opt.recompute) continue;
+        tally.record(
+            same_grads_with_recompute(ctx, cfg, params, st, hyper, r, opt.graph != 0, grads));
     }
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);
     return tally.failed == 0 ? 0 : 1;

@@ -118,6 +118,22 @@ void write_json_summary(const std::string& path, const TrainConfig& tc, const Co
     std::fclose(f);
 }
 
+// The memory plan of this run, before anything is allocated, and the largest micro-batch each
+// recompute mode fits into the free device memory.
+void print_memory_plan(const Context& ctx, const GPT2Config& cfg, const TrainConfig& tc,
+                       int grad_accum, const GPT2Options& opts) {
+    gpt2_print_memory_plan(gpt2_memory_plan(ctx, cfg, tc.B, tc.T, grad_accum, opts), stdout);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    std::printf("largest B        at T=%d in the %.0f MiB free:", tc.T, free_b / 1048576.0);
+    for (int r = 0; r <= 2; r++) {
+        GPT2Options o = opts;
+        o.recompute = r;
+        std::printf(" %d (--recompute %d)%s",
+                    gpt2_largest_batch(ctx, cfg, tc.T, 1, o, free_b, 4096), r, r < 2 ? "," : "\n");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,7 +169,10 @@ int main(int argc, char** argv) {
 
     GPT2 model;
     AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip, tc.seed};
-    gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper);
+    GPT2Options model_opts;
+    model_opts.recompute = tc.recompute;
+    print_memory_plan(ctx, cfg, tc, grad_accum, model_opts);
+    gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper, model_opts);
     const char* mm_precision = sizeof(floatX) == 2 ? "bf16" : (tc.tf32 ? "tf32" : "fp32");
     const double peak_tflops = device_peak_tflops(ctx.props.name, mm_precision);
     std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
@@ -162,10 +181,6 @@ int main(int argc, char** argv) {
     std::printf("config           L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %.1fM parameters\n",
                 cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, model.num_params / 1e6);
-    std::printf(
-        "memory           params+grads %.0f MiB, optimizer %.0f MiB, activations %.0f MiB\n",
-        2.0 * model.num_params * sizeof(floatX) / 1048576.0,
-        (model.master ? 3.0 : 2.0) * model.num_params * 4 / 1048576.0, model.act_bytes / 1048576.0);
 
     const double flops_per_step = gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch;
     cudaEvent_t start, stop;

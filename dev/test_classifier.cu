@@ -1,5 +1,5 @@
-// test_classifier.cu: fused_classifier and loss_accumulate against the CPU reference
-// (cpu::crossentropy_forward_backward and a double sum).
+// test_classifier.cu: fused_classifier, classifier_chunked and loss_accumulate against the CPU
+// reference (cpu::crossentropy_forward_backward, cpu::matmul_forward / _backward, a double sum).
 //
 // Shapes: GPT-2 (N=4096, V=50257, Vp=50304), N=77 with V=1000, Vp=1024, N=33 with V=999,
 // Vp=1003 (odd Vp: the one-element path), and N=3 with V=5, Vp=8 (most threads see no column).
@@ -7,6 +7,14 @@
 // One row is shifted by +100 (exp would overflow without the max); targets include 0 and V-1.
 // The GPT-2 case runs twice: losses and dlogits must be bitwise identical; write_dlogits=false
 // must leave the logits untouched.
+// classifier_chunked (lm-head GEMM + fused classifier + lm-head gradient, chunk by chunk): N=77
+// C=64 V=1000 Vp=1024 in chunks of 32 (two full, one of 13), N=130 C=64 with GPT-2's V=50257
+// Vp=50304 in chunks of 48, N=33 C=48 V=999 Vp=1000 in one chunk of 33 and with a chunk larger
+// than N. Forward only: the copied-out logits against a CPU matmul and the losses against the CPU
+// cross-entropy of those logits. With the backward: the same losses bitwise, dlnf (overwritten,
+// poisoned first) and dwte (accumulated onto random values) against the CPU matmul backward of
+// the CPU dlogits, and a second run bitwise identical.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -34,6 +42,34 @@ constexpr float kDlogitsRtol = 1e-5f;
 // loss_accumulate: a float sum of N <= 4096 positive losses in runs of <= 4, then a 10-level
 // tree, scaled and added: at most ~16 roundings of 6e-8 each, 1e-6; 2x that.
 constexpr float kLossSumRtol = 2e-6f;
+
+// classifier_chunked. Tolerances with an absolute part relative to the largest reference value
+// (kChunk*AtolOfMax * max|ref|): the sums cancel (dlogits rows sum to 0), so single elements can
+// be far smaller than the terms they are summed from.
+#if defined(ENABLE_BF16)
+// Logits: one bf16 rounding of a float sum of C <= 64 exact products: half an ulp
+// (kBf16RoundingRel), 2x that.
+constexpr float kChunkLogitsRtol = 2 * kBf16RoundingRel;
+constexpr float kChunkLogitsAtolOfMax = 1e-5f;
+// dlnf: the reference takes the CPU dlogits rounded to bf16; the GPU's bf16 dlogits equal them
+// but for rare 1-ulp ties, each moving a sum by <= one ulp of the largest term; plus one
+// rounding of the result (half an ulp, 2x that).
+constexpr float kChunkDlnfRtol = 2 * kBf16RoundingRel;
+constexpr float kChunkDlnfAtolOfMax = kBf16RoundingRel;
+// dwte: one bf16 rounding per chunk as the chunks accumulate (<= 3 here), 2x those half ulps.
+constexpr float kChunkDwteRtol = 2 * 3 * kBf16RoundingRel;
+constexpr float kChunkDwteAtolOfMax = kBf16RoundingRel;
+#else
+// fp32 GEMMs (TF32 off): a few ulp over C <= 64 terms.
+constexpr float kChunkLogitsRtol = 1e-5f;
+constexpr float kChunkLogitsAtolOfMax = 1e-6f;
+// dlogits carry ~1e-6 relative error (see above), and the float sums over up to Vp = 50304 terms
+// ~sqrt(Vp) * 6e-8 ~ 1e-5 of the terms' size: 1e-4 leaves 10x.
+constexpr float kChunkDlnfRtol = 1e-4f;
+constexpr float kChunkDlnfAtolOfMax = 1e-5f;
+constexpr float kChunkDwteRtol = 1e-4f;
+constexpr float kChunkDwteAtolOfMax = 1e-5f;
+#endif
 
 struct Shape {
     const char* name;
@@ -147,6 +183,89 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_det
                         download_bytes(logits.get(), NV * sizeof(floatX)));
 }
 
+struct ChunkShape {
+    const char* name;
+    int N, C, V, Vp, chunk_rows;
+};
+
+float max_abs(const std::vector<float>& x) {
+    float m = 0.0f;
+    for (float v : x) m = std::fmax(m, std::fabs(v));
+    return m;
+}
+
+void test_chunked(const Context& ctx, const ChunkShape& s, uint64_t seed) {
+    std::printf("%s: N=%d C=%d V=%d Vp=%d chunk_rows=%d\n", s.name, s.N, s.C, s.V, s.Vp,
+                s.chunk_rows);
+    Rng rng(seed);
+    const size_t NC = (size_t)s.N * s.C, VC = (size_t)s.Vp * s.C, NV = (size_t)s.N * s.Vp;
+    std::vector<float> lnf(NC), wte(VC), dwte0(VC);
+    fill_normal(lnf, rng, 0.0f, 1.0f);
+    fill_normal(wte, rng, 0.0f, 0.3f);  // logits ~ N(0, 0.3^2 C): a few units
+    fill_uniform(dwte0, rng, -0.01f, 0.01f);
+    round_to_floatx(lnf);
+    round_to_floatx(wte);
+    round_to_floatx(dwte0);
+    std::vector<int> targets(s.N);
+    for (int& t : targets) t = rng.randint(s.V);
+    targets[s.N - 1] = s.V - 1;
+    const float dloss = 1.0f / (float)s.N;
+
+    DeviceBuffer<floatX> d_lnf(NC), d_wte(VC), d_dwte(VC), d_dlnf(NC), d_copy(NV);
+    DeviceBuffer<floatX> d_logits((size_t)std::min(s.chunk_rows, s.N) * s.Vp);
+    DeviceBuffer<float> d_losses(s.N);
+    DeviceBuffer<int> d_targets(s.N);
+    upload(d_lnf.get(), lnf);
+    upload(d_wte.get(), wte);
+    upload(d_targets.get(), targets);
+
+    // Forward only: every chunk's logits copied out.
+    poison(d_copy.get(), NV);
+    poison(d_losses.get(), s.N);
+    classifier_chunked(ctx, d_logits.get(), d_losses.get(), nullptr, nullptr, d_lnf.get(),
+                       d_wte.get(), d_targets.get(), dloss, s.N, s.C, s.V, s.Vp, s.chunk_rows,
+                       d_copy.get());
+    std::vector<float> ref_logits(NV);
+    cpu::matmul_forward(ref_logits.data(), lnf.data(), wte.data(), nullptr, s.N, s.C, s.Vp);
+    const std::vector<float> logits = download(d_copy.get(), NV);
+    check_close("classifier_chunked logits", logits, ref_logits,
+                kChunkLogitsAtolOfMax * max_abs(ref_logits), kChunkLogitsRtol);
+    // The loss and dlogits of the GPU's own logits: the classifier kernel is checked above, so
+    // this isolates the chunking (row offsets, the last chunk) and the lm-head gradient.
+    std::vector<float> ref_dlogits(NV), ref_losses(s.N);
+    cpu::crossentropy_forward_backward(ref_dlogits.data(), ref_losses.data(), logits.data(),
+                                       targets.data(), s.N, s.V, s.Vp, dloss);
+    round_to_floatx(ref_dlogits);
+    const std::vector<unsigned char> fwd_losses =
+        download_bytes(d_losses.get(), s.N * sizeof(float));
+    check_close("classifier_chunked losses", download(d_losses.get(), s.N), ref_losses, kLossAtol,
+                kLossRtol);
+
+    // With the backward, twice: dlnf poisoned (overwritten), dwte reset (accumulated).
+    std::vector<float> ref_dlnf(NC, 0.0f), ref_dwte = dwte0;
+    cpu::matmul_backward(ref_dlnf.data(), ref_dwte.data(), nullptr, ref_dlogits.data(), lnf.data(),
+                         wte.data(), s.N, s.C, s.Vp);
+    std::vector<unsigned char> runs[2][2];
+    for (auto& run : runs) {
+        upload(d_dwte.get(), dwte0);
+        poison(d_dlnf.get(), NC);
+        poison(d_losses.get(), s.N);
+        classifier_chunked(ctx, d_logits.get(), d_losses.get(), d_dlnf.get(), d_dwte.get(),
+                           d_lnf.get(), d_wte.get(), d_targets.get(), dloss, s.N, s.C, s.V, s.Vp,
+                           s.chunk_rows);
+        run[0] = download_bytes(d_dlnf.get(), NC * sizeof(floatX));
+        run[1] = download_bytes(d_dwte.get(), VC * sizeof(floatX));
+    }
+    check_bitwise_equal("classifier_chunked losses (backward == forward)",
+                        download_bytes(d_losses.get(), s.N * sizeof(float)), fwd_losses);
+    check_close("classifier_chunked dlnf", download(d_dlnf.get(), NC), ref_dlnf,
+                kChunkDlnfAtolOfMax * max_abs(ref_dlnf), kChunkDlnfRtol);
+    check_close("classifier_chunked dwte", download(d_dwte.get(), VC), ref_dwte,
+                kChunkDwteAtolOfMax * max_abs(ref_dwte), kChunkDwteRtol);
+    check_bitwise_equal("classifier_chunked dlnf run-to-run", runs[0][0], runs[1][0]);
+    check_bitwise_equal("classifier_chunked dwte run-to-run", runs[0][1], runs[1][1]);
+}
+
 }  // namespace
 
 int main() {
@@ -158,5 +277,9 @@ int main() {
     test_shape(ctx, {"small", 77, 1000, 1024, 1.0f}, 2, false);
     test_shape(ctx, {"odd Vp (one-element path)", 33, 999, 1003, 0.5f}, 3, true);
     test_shape(ctx, {"tiny V", 3, 5, 8, 1.0f}, 4, false);
+    test_chunked(ctx, {"chunked, ragged last chunk", 77, 64, 1000, 1024, 32}, 5);
+    test_chunked(ctx, {"chunked, GPT-2 vocab", 130, 64, 50257, 50304, 48}, 6);
+    test_chunked(ctx, {"chunked, one chunk, V % 128 != 0", 33, 48, 999, 1000, 33}, 7);
+    test_chunked(ctx, {"chunked, chunk > N", 33, 48, 999, 1000, 100}, 8);
     return test_summary("test_classifier");
 }

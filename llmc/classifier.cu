@@ -9,16 +9,21 @@
 //     pass 2 (write_dlogits): logits[v] <- (exp(x[v] - m) / s - [v == target]) * dloss for
 //             v < V, and 0 for V <= v < Vp                                   (overwritten)
 //     bytes = sizeof(floatX) * N * (V + 2*Vp) with dlogits, sizeof(floatX) * N * V without
+//   classifier_chunked: per chunk of <= chunk_rows rows, the lm-head GEMM (cuBLASLt), the
+//             kernel above, and with backward the two GEMMs of the lm-head's gradient; a
+//             chunk of 8192 rows keeps every GEMM large (8192 x 50304 x 768 at GPT-2 d12).
 //   loss_accumulate: *loss += scale * sum(losses), one block, fixed order    (accumulates)
 // A target outside [0, V) makes that row's loss NaN, so a bad batch cannot go unnoticed.
 // Preconditions: 0 < V <= Vp. 16-byte vector loads when Vp is a multiple of 16 / sizeof(floatX)
 // and logits is 16-byte aligned, otherwise one element per thread.
 // Last measured: not yet measured on a GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "classifier.cuh"
 #include "device_utils.cuh"
+#include "matmul.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -187,6 +192,36 @@ void fused_classifier(const Context& ctx, floatX* logits, float* losses, const i
             <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     }
     CUDA_CHECK_LAST();
+}
+
+void classifier_chunked(const Context& ctx, floatX* logits, float* losses, floatX* dlnf,
+                        floatX* dwte, const floatX* lnf, const floatX* wte, const int* targets,
+                        float dloss, int N, int C, int V, int Vp, int chunk_rows,
+                        floatX* logits_copy) {
+    NvtxRange range("classifier_chunked");
+    LLMC_CHECK(N > 0 && C > 0 && chunk_rows > 0,
+               "classifier_chunked: bad shape N=%d C=%d chunk_rows=%d", N, C, chunk_rows);
+    LLMC_CHECK((dlnf == nullptr) == (dwte == nullptr),
+               "classifier_chunked: the backward needs both dlnf and dwte (or neither)");
+    const bool backward = dlnf != nullptr;
+    LLMC_CHECK(!(backward && logits_copy != nullptr),
+               "classifier_chunked: logits can be copied out only without the backward, which "
+               "overwrites them with dlogits");
+    for (int r0 = 0; r0 < N; r0 += chunk_rows) {
+        const int rows = std::min(chunk_rows, N - r0);
+        const floatX* x = lnf + (size_t)r0 * C;
+        matmul_forward(ctx, logits, x, wte, nullptr, rows, C, Vp);
+        if (logits_copy != nullptr) {
+            CUDA_CHECK(cudaMemcpyAsync(logits_copy + (size_t)r0 * Vp, logits,
+                                       (size_t)rows * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                       ctx.stream));
+        }
+        fused_classifier(ctx, logits, losses + r0, targets + r0, dloss, rows, V, Vp, backward);
+        if (backward) {
+            matmul_backward(ctx, dlnf + (size_t)r0 * C, dwte, nullptr, nullptr, logits, x, wte,
+                            rows, C, Vp);
+        }
+    }
 }
 
 void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N, float scale) {

@@ -2,10 +2,14 @@
 // The training step and its CUDA graph are in gpt2_step.cu.
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "attention.cuh"
 #include "classifier.cuh"
 #include "encoder.cuh"
+#include "gelu.cuh"
 #include "global_norm.cuh"
 #include "gpt2.cuh"
 #include "layernorm.cuh"
@@ -17,58 +21,92 @@ using namespace llmc;
 namespace {
 
 // Hands out 256-byte aligned pieces of one allocation: first plan (base == nullptr) to learn
-// the total, then carve the same sequence again from the real base.
+// the total, then carve the same sequence again from the real base. With `parts` it also
+// records each piece's bytes under its name (the memory report).
 class ArenaCarver {
   public:
-    explicit ArenaCarver(char* base) : base_(base) {}
+    ArenaCarver(char* base, std::vector<std::pair<std::string, size_t>>* parts = nullptr)
+        : base_(base), parts_(parts) {}
     template <typename T>
-    T* take(size_t count) {
+    T* take(size_t count, const char* name) {
         size_t bytes = (count * sizeof(T) + 255) & ~size_t(255);
         T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
         used_ += bytes;
+        if (parts_ != nullptr) record(name, bytes);
         return p;
     }
-    void* take_bytes(size_t bytes) { return take<char>(bytes); }
+    void* take_bytes(size_t bytes, const char* name) { return take<char>(bytes, name); }
+    // `layers` slices of `elems` floatX each, every slice 256-byte aligned (LayerTensor).
+    LayerTensor take_layers(size_t layers, size_t elems, const char* name) {
+        LayerTensor t;
+        t.stride = ((elems * sizeof(floatX) + 255) & ~size_t(255)) / sizeof(floatX);
+        t.base = take<floatX>(layers * t.stride, name);
+        if (layers == 1) t.stride = 0;  // one buffer, shared by every layer
+        return t;
+    }
     size_t used() const { return used_; }
 
   private:
+    void record(const char* name, size_t bytes) {
+        for (auto& part : *parts_) {
+            if (part.first == name) {
+                part.second += bytes;
+                return;
+            }
+        }
+        parts_->emplace_back(name, bytes);
+    }
     char* base_;
+    std::vector<std::pair<std::string, size_t>>* parts_;
     size_t used_ = 0;
 };
 
-void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T, ArenaCarver* a,
-                       GPT2Activations* acts) {
+int classifier_chunk_rows(const GPT2Options& opts, int B, int T) {
+    return std::min(opts.classifier_chunk_rows, B * T);
+}
+
+void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
+                       const GPT2Options& opts, ArenaCarver* a, GPT2Activations* acts) {
     const size_t N = (size_t)B * T, C = cfg.channels, L = cfg.num_layers, NH = cfg.num_heads;
-    acts->encoded = a->take<floatX>(N * C);
-    acts->ln1 = a->take<floatX>(L * N * C);
-    acts->ln1_mean = a->take<float>(L * N);
-    acts->ln1_rstd = a->take<float>(L * N);
-    acts->qkv = a->take<floatX>(L * N * 3 * C);
-    acts->atty = a->take<floatX>(L * N * C);
-    acts->att_lse = a->take<float>(L * NH * N);
-    acts->residual2 = a->take<floatX>(L * N * C);
-    acts->ln2 = a->take<floatX>(L * N * C);
-    acts->ln2_mean = a->take<float>(L * N);
-    acts->ln2_rstd = a->take<float>(L * N);
-    acts->fch = a->take<floatX>(L * N * 4 * C);
-    acts->fch_gelu = a->take<floatX>(L * N * 4 * C);
-    acts->residual3 = a->take<floatX>(L * N * C);
-    acts->lnf = a->take<floatX>(N * C);
-    acts->lnf_mean = a->take<float>(N);
-    acts->lnf_rstd = a->take<float>(N);
-    acts->logits = a->take<floatX>(N * cfg.padded_vocab_size);
-    acts->losses = a->take<float>(N);
-    acts->proj_out = a->take<floatX>(N * C);
-    acts->dresidual = a->take<floatX>(N * C);
-    acts->dln = a->take<floatX>(N * C);
-    acts->datty = a->take<floatX>(N * C);
-    acts->dqkv = a->take<floatX>(N * 3 * C);
-    acts->dfch = a->take<floatX>(N * 4 * C);
-    acts->dbias_scratch = a->take<float>(std::max<size_t>(4 * C, cfg.padded_vocab_size));
-    acts->att_scratch = a->take_bytes(attention_scratch_bytes(B, T, (int)C, (int)NH));
-    acts->enc_scratch = a->take_bytes(encoder_backward_scratch_bytes(B, T));
-    acts->ln_scratch = a->take_bytes(layernorm_backward_scratch_bytes(ctx, (int)N, (int)C));
-    acts->norm_scratch = a->take_bytes(global_norm_scratch_bytes(ctx));
+    const size_t Vp = cfg.padded_vocab_size;
+    // Layers that keep their own GELU output / layernorm outputs; 1 = one shared buffer.
+    const size_t gelu_layers = opts.recompute >= 1 ? 1 : L;
+    const bool share_ln = opts.recompute >= 2;
+    acts->encoded = a->take<floatX>(N * C, "encoded");
+    acts->ln1 = a->take_layers(share_ln ? 1 : L, N * C, share_ln ? "ln1+ln2 (shared)" : "ln1");
+    acts->ln1_mean = a->take<float>(L * N, "layernorm statistics");
+    acts->ln1_rstd = a->take<float>(L * N, "layernorm statistics");
+    acts->qkv = a->take_layers(L, N * 3 * C, "qkv");
+    acts->atty = a->take_layers(L, N * C, "atty");
+    acts->att_lse = a->take<float>(L * NH * N, "attention lse");
+    acts->residual2 = a->take_layers(L, N * C, "residual2");
+    acts->ln2 = share_ln ? acts->ln1 : a->take_layers(L, N * C, "ln2");
+    acts->ln2_mean = a->take<float>(L * N, "layernorm statistics");
+    acts->ln2_rstd = a->take<float>(L * N, "layernorm statistics");
+    acts->fch = a->take_layers(L, N * 4 * C, "fch");
+    acts->fch_gelu =
+        a->take_layers(gelu_layers, N * 4 * C, gelu_layers == 1 ? "fch_gelu (shared)" : "fch_gelu");
+    acts->residual3 = a->take_layers(L, N * C, "residual3");
+    acts->lnf = a->take<floatX>(N * C, "lnf");
+    acts->lnf_mean = a->take<float>(N, "layernorm statistics");
+    acts->lnf_rstd = a->take<float>(N, "layernorm statistics");
+    acts->logits = a->take<floatX>((size_t)classifier_chunk_rows(opts, B, T) * Vp, "logits chunk");
+    acts->losses = a->take<float>(N, "losses");
+    acts->proj_out = a->take<floatX>(N * C, "backward scratch");
+    acts->dresidual = a->take<floatX>(N * C, "backward scratch");
+    acts->dln = a->take<floatX>(N * C, "backward scratch");
+    acts->datty = a->take<floatX>(N * C, "backward scratch");
+    acts->dqkv = a->take<floatX>(N * 3 * C, "backward scratch");
+    acts->dfch = a->take<floatX>(N * 4 * C, "backward scratch");
+    acts->dbias_scratch = a->take<float>(4 * C, "backward scratch");
+    acts->recompute_mean = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
+    acts->recompute_rstd = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
+    acts->att_scratch =
+        a->take_bytes(attention_scratch_bytes(B, T, (int)C, (int)NH), "attention scores");
+    acts->enc_scratch = a->take_bytes(encoder_backward_scratch_bytes(B, T), "other scratch");
+    acts->ln_scratch =
+        a->take_bytes(layernorm_backward_scratch_bytes(ctx, (int)N, (int)C), "other scratch");
+    acts->norm_scratch = a->take_bytes(global_norm_scratch_bytes(ctx), "other scratch");
 }
 
 // The 16 tensors of a flat buffer (parameters or gradients), in model-file order.
@@ -81,7 +119,71 @@ size_t layer_slice(const ParamLayout& layout, int index, int l, int L) {
     return layout.sizes[index] / L * l;
 }
 
+constexpr double kMiB = 1048576.0;
+
+// cudaMalloc, or one sentence with the sizes and what to change.
+void device_alloc(void** ptr, size_t bytes, const char* what) {
+    if (cudaMalloc(ptr, bytes) == cudaSuccess) return;
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    LLMC_FAIL(
+        "could not allocate %.0f MiB of device memory for the %s (%.0f MiB of %.0f MiB free): "
+        "lower the micro-batch (-b) or recompute activations (--recompute 1 or 2)",
+        bytes / kMiB, what, free_b / kMiB, total_b / kMiB);
+}
+
 }  // namespace
+
+GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B, int T,
+                                int grad_accum, const GPT2Options& opts) {
+    GPT2MemoryPlan plan;
+    const size_t n = param_layout(cfg).total;
+    plan.params = n * sizeof(floatX);
+    plan.grads = n * sizeof(floatX);
+    plan.optimizer = (sizeof(floatX) != sizeof(float) ? 3 : 2) * n * sizeof(float);
+    ArenaCarver carver(nullptr, &plan.activation_parts);
+    GPT2Activations acts{};
+    carve_activations(ctx, cfg, B, T, opts, &carver, &acts);
+    plan.activations = carver.used();
+    std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
+              [](const auto& x, const auto& y) { return x.second > y.second; });
+    plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
+    // Measured on an H100 (d36, --recompute 2): with 42 MiB to spare the autotuner's copy of
+    // dwte (123 MiB) failed; d24 ran with 780 MiB to spare. dwte's size plus 256 MiB covers both.
+    plan.reserve = (size_t)cfg.padded_vocab_size * cfg.channels * sizeof(floatX) + (256u << 20);
+    return plan;
+}
+
+int gpt2_largest_batch(const Context& ctx, const GPT2Config& cfg, int T, int grad_accum,
+                       const GPT2Options& opts, size_t bytes, int max_B) {
+    // Memory grows with B: bisect for the last B that fits (and that gpt2_create accepts).
+    int lo = 0,
+        hi = (int)std::min<long long>(max_B, ((1ll << 31) - 1) / ((long long)T * 4 * cfg.channels));
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (gpt2_memory_plan(ctx, cfg, mid, T, grad_accum, opts).total() <= bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+void gpt2_print_memory_plan(const GPT2MemoryPlan& plan, FILE* out) {
+    std::fprintf(out,
+                 "memory (MiB)     params %.0f, grads %.0f, optimizer %.0f, activations %.0f, "
+                 "runtime reserve %.0f, total %.0f\n",
+                 plan.params / kMiB, plan.grads / kMiB, plan.optimizer / kMiB,
+                 plan.activations / kMiB, plan.reserve / kMiB, plan.total() / kMiB);
+    std::fprintf(out, "largest acts     ");
+    const size_t shown = std::min<size_t>(plan.activation_parts.size(), 6);
+    for (size_t i = 0; i < shown; i++) {
+        std::fprintf(out, "%s%s %.0f", i ? ", " : "", plan.activation_parts[i].first.c_str(),
+                     plan.activation_parts[i].second / kMiB);
+    }
+    std::fprintf(out, "\n");
+}
 
 GPT2::~GPT2() {
     if (graph) cudaGraphExecDestroy(graph);
@@ -99,28 +201,59 @@ GPT2::~GPT2() {
 
 void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
                  const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper) {
+                 const AdamWHyper& hyper, const GPT2Options& opts) {
     std::string why;
     LLMC_CHECK(validate_config(cfg, &why), "bad model config: %s", why.c_str());
     LLMC_CHECK(B >= 1 && T >= 1 && T <= cfg.max_seq_len,
                "batch shape B=%d T=%d does not fit the model (1 <= T <= maxT = %d)", B, T,
                cfg.max_seq_len);
+    LLMC_CHECK((long long)B * T * 4 * cfg.channels < (1ll << 31),
+               "B*T*4C = %lld does not fit in an int: lower B or T",
+               (long long)B * T * 4 * cfg.channels);
     LLMC_CHECK(grad_accum >= 1, "gradient accumulation steps must be >= 1, got %d", grad_accum);
+    LLMC_CHECK(opts.recompute >= 0 && opts.recompute <= 2, "recompute must be 0, 1 or 2, got %d",
+               opts.recompute);
+    LLMC_CHECK(opts.classifier_chunk_rows >= 1, "classifier chunk rows must be >= 1, got %d",
+               opts.classifier_chunk_rows);
     m->cfg = cfg;
     m->layout = param_layout(cfg);
     LLMC_CHECK(host_params.size() == m->layout.total,
                "parameter count %zu does not match the config (%zu)", host_params.size(),
                m->layout.total);
-    m->B = B, m->T = T, m->grad_accum = grad_accum, m->hyper = hyper;
+    m->B = B, m->T = T, m->grad_accum = grad_accum, m->hyper = hyper, m->opts = opts;
+    m->chunk_rows = classifier_chunk_rows(opts, B, T);
     m->num_params = m->layout.total;
     const size_t n = m->num_params;
 
-    CUDA_CHECK(cudaMalloc(&m->params, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&m->grads, n * sizeof(floatX)));
+    // Refuse up front what cannot fit, with the numbers a user needs to pick B and --recompute.
+    const GPT2MemoryPlan plan = gpt2_memory_plan(ctx, cfg, B, T, grad_accum, opts);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (plan.total() > free_b) {
+        GPT2Options most = opts;
+        most.recompute = 2;
+        const int fits = gpt2_largest_batch(ctx, cfg, T, grad_accum, opts, free_b, B);
+        const int fits_most = gpt2_largest_batch(ctx, cfg, T, grad_accum, most, free_b, B);
+        LLMC_CHECK(fits_most > 0,
+                   "the model needs %.0f MiB of device memory at B=%d T=%d, but only %.0f MiB of "
+                   "%.0f MiB are free, and not even B=1 with --recompute 2 fits: use a shorter "
+                   "sequence (-t), a smaller model or a GPU with more memory",
+                   plan.total() / kMiB, B, T, free_b / kMiB, total_b / kMiB);
+        LLMC_FAIL(
+            "the model needs %.0f MiB of device memory at B=%d T=%d with --recompute %d, but only "
+            "%.0f MiB of %.0f MiB are free: lower the micro-batch (-b %d fits) or recompute "
+            "activations (-b %d fits with --recompute 2)",
+            plan.total() / kMiB, B, T, opts.recompute, free_b / kMiB, total_b / kMiB, fits,
+            fits_most);
+    }
+
+    device_alloc(reinterpret_cast<void**>(&m->params), n * sizeof(floatX), "parameters");
+    device_alloc(reinterpret_cast<void**>(&m->grads), n * sizeof(floatX), "gradients");
     point_tensors(m->params, m->layout, m->param);
     point_tensors(m->grads, m->layout, m->grad);
     const bool with_master = sizeof(floatX) != sizeof(float);
-    CUDA_CHECK(cudaMalloc(&m->opt_state, (with_master ? 3 : 2) * n * sizeof(float)));
+    device_alloc(reinterpret_cast<void**>(&m->opt_state), (with_master ? 3 : 2) * n * sizeof(float),
+                 "optimizer state");
     m->adam_m = m->opt_state;
     m->adam_v = m->opt_state + n;
     m->master = with_master ? m->opt_state + 2 * n : nullptr;
@@ -136,15 +269,13 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
             cudaMemcpy(m->master, host_params.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
 
-    ArenaCarver plan(nullptr);
-    carve_activations(ctx, cfg, B, T, &plan, &m->acts);
-    m->act_bytes = plan.used();
-    CUDA_CHECK(cudaMalloc(&m->act_memory, m->act_bytes));
+    m->act_bytes = plan.activations;
+    device_alloc(&m->act_memory, m->act_bytes, "activations");
     ArenaCarver carve(static_cast<char*>(m->act_memory));
-    carve_activations(ctx, cfg, B, T, &carve, &m->acts);
+    carve_activations(ctx, cfg, B, T, opts, &carve, &m->acts);
 
     const size_t tokens = (size_t)grad_accum * 2 * B * T;
-    CUDA_CHECK(cudaMalloc(&m->d_tokens, tokens * sizeof(int)));
+    device_alloc(reinterpret_cast<void**>(&m->d_tokens), tokens * sizeof(int), "token buffer");
     CUDA_CHECK(cudaMalloc(&m->d_step_values, sizeof(AdamWStepValues)));
     CUDA_CHECK(cudaMalloc(&m->d_results, 2 * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&m->io.tokens, tokens * sizeof(int)));
@@ -164,99 +295,110 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
 }
 
 void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d_targets,
-                  float* d_loss, float loss_scale, bool write_dlogits) {
+                  float* d_loss, float loss_scale, bool backward_classifier, floatX* logits_copy) {
     NvtxRange range("forward");
     const GPT2Config& cfg = m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = cfg.channels, L = cfg.num_layers;
-    const int NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+    const int NH = cfg.num_heads;
     GPT2Activations& a = m->acts;
     floatX* const* p = m->param;
     const ParamLayout& lay = m->layout;
 
     encoder_forward(ctx, a.encoded, d_inputs, p[kWte], p[kWpe], B, T, C);
-    layernorm_forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p[kLn1w], p[kLn1b], N, C);
+    layernorm_forward(ctx, a.ln1.at(0), a.ln1_mean, a.ln1_rstd, a.encoded, p[kLn1w], p[kLn1b], N,
+                      C);
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range("forward layer", l);
-        const size_t nc = (size_t)l * N * C;
-        const floatX* residual = l == 0 ? a.encoded : a.residual3 + nc - (size_t)N * C;
-        floatX* qkv = a.qkv + nc * 3;
-        matmul_forward(ctx, qkv, a.ln1 + nc, p[kQkvw] + layer_slice(lay, kQkvw, l, L),
+        const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
+        floatX* qkv = a.qkv.at(l);
+        matmul_forward(ctx, qkv, a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L),
                        p[kQkvb] + layer_slice(lay, kQkvb, l, L), N, C, 3 * C);
-        attention_forward(ctx, a.atty + nc, a.att_lse + (size_t)l * NH * N, a.att_scratch, qkv, B,
+        attention_forward(ctx, a.atty.at(l), a.att_lse + (size_t)l * NH * N, a.att_scratch, qkv, B,
                           T, C, NH);
-        matmul_forward(ctx, a.proj_out, a.atty + nc,
+        matmul_forward(ctx, a.proj_out, a.atty.at(l),
                        p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                        p[kAttprojb] + layer_slice(lay, kAttprojb, l, L), N, C, C);
-        fused_residual_layernorm_forward(ctx, a.residual2 + nc, a.ln2 + nc,
+        fused_residual_layernorm_forward(ctx, a.residual2.at(l), a.ln2.at(l),
                                          a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
                                          residual, a.proj_out, p[kLn2w] + l * C, p[kLn2b] + l * C,
                                          N, C);
-        matmul_forward(ctx, a.fch_gelu + nc * 4, a.ln2 + nc, p[kFcw] + layer_slice(lay, kFcw, l, L),
-                       p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C, a.fch + nc * 4);
-        matmul_forward(ctx, a.proj_out, a.fch_gelu + nc * 4,
+        // GELU as its own pass over the stored fch, so the backward can recompute it exactly.
+        matmul_forward(ctx, a.fch.at(l), a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L),
+                       p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C);
+        gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
+        matmul_forward(ctx, a.proj_out, a.fch_gelu.at(l),
                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
                        p[kFcprojb] + layer_slice(lay, kFcprojb, l, L), N, 4 * C, C);
         // The residual add is fused with the next layernorm: ln1 of the next layer, or lnf.
         const bool last = l == L - 1;
-        floatX* ln_out = last ? a.lnf : a.ln1 + nc + (size_t)N * C;
+        floatX* ln_out = last ? a.lnf : a.ln1.at(l + 1);
         float* mean = last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * N;
         float* rstd = last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * N;
         const floatX* w = last ? p[kLnfw] : p[kLn1w] + (l + 1) * C;
         const floatX* b = last ? p[kLnfb] : p[kLn1b] + (l + 1) * C;
-        fused_residual_layernorm_forward(ctx, a.residual3 + nc, ln_out, mean, rstd,
-                                         a.residual2 + nc, a.proj_out, w, b, N, C);
+        fused_residual_layernorm_forward(ctx, a.residual3.at(l), ln_out, mean, rstd,
+                                         a.residual2.at(l), a.proj_out, w, b, N, C);
     }
-    matmul_forward(ctx, a.logits, a.lnf, p[kWte], nullptr, N, C, Vp);
     const float dloss = 1.0f / ((float)N * (float)m->grad_accum);
-    fused_classifier(ctx, a.logits, a.losses, d_targets, dloss, N, cfg.vocab_size, Vp,
-                     write_dlogits);
+    classifier_chunked(ctx, a.logits, a.losses, backward_classifier ? a.dln : nullptr,
+                       backward_classifier ? m->grad[kWte] : nullptr, a.lnf, p[kWte], d_targets,
+                       dloss, N, C, cfg.vocab_size, cfg.padded_vocab_size, m->chunk_rows,
+                       logits_copy);
     if (d_loss != nullptr) loss_accumulate(ctx, d_loss, a.losses, N, loss_scale);
 }
 
 // Backward of the forward above; gradients accumulate into m->grads. Needs the activations of
-// the forward pass just run with write_dlogits = true.
+// the forward pass just run with backward_classifier = true, and the dlnf it left in acts.dln.
 void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     NvtxRange range("backward");
     const GPT2Config& cfg = m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = cfg.channels, L = cfg.num_layers;
-    const int NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+    const int NH = cfg.num_heads;
+    const int recompute = m->opts.recompute;
     GPT2Activations& a = m->acts;
     floatX* const* p = m->param;
     floatX* const* g = m->grad;
     const ParamLayout& lay = m->layout;
 
-    // Classifier: dlnf = dlogits @ wte, dwte += dlogits^T @ lnf.
-    matmul_backward(ctx, a.dln, g[kWte], nullptr, nullptr, a.logits, a.lnf, p[kWte], N, C, Vp);
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
-                       a.residual3 + (size_t)(L - 1) * N * C, p[kLnfw], a.lnf_mean, a.lnf_rstd, N,
-                       C);
+                       a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
-        const size_t nc = (size_t)l * N * C;
-        const floatX* residual = l == 0 ? a.encoded : a.residual3 + nc - (size_t)N * C;
+        const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
+        // Recomputed activations: the forward's kernels on the forward's stored inputs, so the
+        // bits match. layernorm_forward recomputes the statistics too (identical to the stored
+        // ones; written aside) from the residual the forward normalized.
+        if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
                         g[kFcprojb] + layer_slice(lay, kFcprojb, l, L), a.dbias_scratch,
-                        a.dresidual, a.fch_gelu + nc * 4,
-                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C,
-                        a.fch + nc * 4);
+                        a.dresidual, a.fch_gelu.at(l),
+                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l));
+        if (recompute >= 2) {
+            layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
+                              a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
+        }
         matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
-                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch, a.ln2 + nc,
-                        p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
+                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch,
+                        a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
-                           a.dln, a.residual2 + nc, p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
+                           a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
                            a.ln2_rstd + (size_t)l * N, N, C);
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
         matmul_backward(ctx, a.datty, g[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                         g[kAttprojb] + layer_slice(lay, kAttprojb, l, L), a.dbias_scratch,
-                        a.dresidual, a.atty + nc, p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
+                        a.dresidual, a.atty.at(l), p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                         N, C, C);
-        attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv + nc * 3, a.atty + nc,
+        attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
                            a.att_lse + (size_t)l * NH * N, B, T, C, NH);
+        if (recompute >= 2) {
+            layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
+                              p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
+        }
         matmul_backward(ctx, a.dln, g[kQkvw] + layer_slice(lay, kQkvw, l, L),
                         g[kQkvb] + layer_slice(lay, kQkvb, l, L), a.dbias_scratch, a.dqkv,
-                        a.ln1 + nc, p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
+                        a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
                            a.ln1_rstd + (size_t)l * N, N, C);

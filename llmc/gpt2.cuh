@@ -2,7 +2,23 @@
 //
 // Memory: one allocation for all parameters, one for all gradients, one for the optimizer state
 // (AdamW moments, and fp32 master weights in the bf16 build), one for all activations and
-// scratch, each sized from the config and the micro-batch shape (B, T) at creation.
+// scratch, each sized from the config, the micro-batch shape (B, T) and the GPT2Options at
+// creation. gpt2_memory_plan gives the same sizes without allocating (what B fits).
+//
+// Classifier: the lm-head matmul, the fused softmax / loss / dlogits and the classifier's
+// backward (dlnf = dlogits @ wte, dwte += dlogits^T @ lnf) run chunk by chunk over rows, so only
+// a (chunk_rows, Vp) logits buffer exists. In training the classifier's backward thus runs in
+// gpt2_forward, and gpt2_backward starts from the dlnf it left.
+//
+// Recompute (GPT2Options::recompute): 1 keeps no GELU output per layer (one shared buffer; the
+// backward recomputes gelu(fch) before the fcproj weight gradient), 2 also keeps no ln1 / ln2
+// (one shared buffer; the backward recomputes each from the stored residual it normalized). The
+// recomputation runs the forward's kernels on the forward's inputs, so gradients are bitwise
+// those of recompute 0.
+// Measured (H100 80GB, bf16, d12 B=64 T=1024, 2026-11-23; matmul.cu's bf16 bias-gradient type
+// patched locally, see the mem branch report): recompute 0/1/2 use 26063/21839/19633 MiB of
+// device memory at 197.3/200.6/204.1 ms per step. Largest B that trained at T=1024 in 80 GB:
+// d24 86 (recompute 0) / 127 (2), d36 43 / 59, d48 21 / 33.
 //
 // One training step (gpt2_step) = copy the step's tokens and per-step values in, zero the
 // gradients and the loss, forward + backward for each of grad_accum micro-batches (gradients
@@ -10,6 +26,8 @@
 // pinned host memory. It runs on ctx.stream with no host synchronisation; after one eager
 // warm-up step it is captured into a CUDA graph and replayed (use_graph).
 #pragma once
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "adamw.cuh"
@@ -17,38 +35,73 @@
 #include "model_file.h"
 #include "precision.cuh"
 
+// Rows of logits per classifier chunk: 8192 x Vp keeps the lm-head GEMMs large enough to run
+// near cuBLAS's peak while the buffer stays at 0.8 GB in bf16 (1.6 GB in fp32) for GPT-2's Vp.
+constexpr int kDefaultClassifierChunkRows = 8192;
+
+struct GPT2Options {
+    // 0: keep every activation for the backward; 1: the GELU output is recomputed in the
+    // backward (one (N, 4C) buffer instead of L); 2: also ln1 and ln2 (one (N, C) buffer
+    // instead of 2L). Gradients are bitwise the same in every mode.
+    int recompute = 0;
+    // Rows of logits the classifier works on at once (capped at B*T).
+    int classifier_chunk_rows = kDefaultClassifierChunkRows;
+};
+
+// One activation per layer: layer l's slice starts at base + l * stride (elements). stride is
+// the slice rounded up to 256 bytes, so every slice is aligned like a buffer of its own (the
+// matmul plans depend on alignment); 0 when one buffer serves every layer (recomputed).
+struct LayerTensor {
+    floatX* base = nullptr;
+    size_t stride = 0;
+    floatX* at(int l) const { return base + (size_t)l * stride; }
+};
+
 struct GPT2Activations {
-    floatX* encoded;    // (N, C)     residual stream entering layer 0
-    floatX* ln1;        // (L, N, C)
-    float* ln1_mean;    // (L, N)
-    float* ln1_rstd;    // (L, N)
-    floatX* qkv;        // (L, N, 3C)
-    floatX* atty;       // (L, N, C)
-    float* att_lse;     // (L, B, NH, T)
-    floatX* residual2;  // (L, N, C)  after attention
-    floatX* ln2;        // (L, N, C)
-    float* ln2_mean;    // (L, N)
-    float* ln2_rstd;    // (L, N)
-    floatX* fch;        // (L, N, 4C) GELU input
-    floatX* fch_gelu;   // (L, N, 4C)
-    floatX* residual3;  // (L, N, C)  after the MLP
-    floatX* lnf;        // (N, C)
-    float* lnf_mean;    // (N)
-    float* lnf_rstd;    // (N)
-    floatX* logits;     // (N, Vp)    dlogits after the classifier's backward pass
-    float* losses;      // (N)
-    floatX* proj_out;   // (N, C)     output of a projection before its residual add
+    floatX* encoded;        // (N, C)     residual stream entering layer 0
+    LayerTensor ln1;        // (L, N, C)  shared with ln2 when recompute == 2
+    float* ln1_mean;        // (L, N)
+    float* ln1_rstd;        // (L, N)
+    LayerTensor qkv;        // (L, N, 3C)
+    LayerTensor atty;       // (L, N, C)
+    float* att_lse;         // (L, B, NH, T)
+    LayerTensor residual2;  // (L, N, C)  after attention
+    LayerTensor ln2;        // (L, N, C)  shared with ln1 when recompute == 2
+    float* ln2_mean;        // (L, N)
+    float* ln2_rstd;        // (L, N)
+    LayerTensor fch;        // (L, N, 4C) GELU input
+    LayerTensor fch_gelu;   // (L, N, 4C) one (N, 4C) buffer when recompute >= 1
+    LayerTensor residual3;  // (L, N, C)  after the MLP
+    floatX* lnf;            // (N, C)
+    float* lnf_mean;        // (N)
+    float* lnf_rstd;        // (N)
+    floatX* logits;         // (chunk_rows, Vp) one chunk; dlogits after the classifier
+    float* losses;          // (N)
+    floatX* proj_out;       // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
-    floatX* dresidual;     // (N, C)
-    floatX* dln;           // (N, C)
-    floatX* datty;         // (N, C)
-    floatX* dqkv;          // (N, 3C)
-    floatX* dfch;          // (N, 4C)
-    float* dbias_scratch;  // (max(4C, Vp))
+    floatX* dresidual;      // (N, C)
+    floatX* dln;            // (N, C)     holds dlnf from the forward until gpt2_backward reads it
+    floatX* datty;          // (N, C)
+    floatX* dqkv;           // (N, 3C)
+    floatX* dfch;           // (N, 4C)
+    float* dbias_scratch;   // (4C)
+    float* recompute_mean;  // (N)  statistics of a recomputed layernorm (recompute == 2)
+    float* recompute_rstd;  // (N)
     void* att_scratch;
     void* enc_scratch;
     void* ln_scratch;
     void* norm_scratch;
+};
+
+// Device memory of a model, by part, in bytes (gpt2_memory_plan).
+struct GPT2MemoryPlan {
+    size_t params = 0, grads = 0, optimizer = 0, activations = 0, other = 0;
+    // Allocated while running, outside the model's buffers: cuBLASLt autotuning's temporary copy
+    // of an accumulated GEMM output (at most dwte) and what cuBLASLt and the CUDA graph take.
+    size_t reserve = 0;
+    // Activation buffers grouped by name, largest first.
+    std::vector<std::pair<std::string, size_t>> activation_parts;
+    size_t total() const { return params + grads + optimizer + activations + other + reserve; }
 };
 
 struct GPT2StepIO {  // pinned host memory shared with the device copies of one step
@@ -61,6 +114,8 @@ struct GPT2 {
     llmc::GPT2Config cfg;
     llmc::ParamLayout layout;
     int B = 0, T = 0, grad_accum = 1;
+    GPT2Options opts;
+    int chunk_rows = 0;  // rows per classifier chunk: min(opts.classifier_chunk_rows, B*T)
     size_t num_params = 0;
     floatX* params = nullptr;    // one allocation
     floatX* grads = nullptr;     // one allocation
@@ -87,17 +142,33 @@ struct GPT2 {
 };
 
 // Allocates everything for micro-batches of (B, T) with grad_accum micro-steps per step and
-// uploads `host_params` (fp32, model-file layout).
+// uploads `host_params` (fp32, model-file layout). Refuses, with the sizes and what to change,
+// a model that does not fit in the free device memory.
 void gpt2_create(const Context& ctx, GPT2* model, const llmc::GPT2Config& cfg,
                  const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper);
+                 const AdamWHyper& hyper, const GPT2Options& opts = GPT2Options());
 
-// Forward only on inputs/targets already in device memory (B*T each); losses per position in
-// acts.losses and logits in acts.logits; *d_loss (device) += mean loss * loss_scale.
+// The device memory gpt2_create would allocate, by part, without allocating anything.
+GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const llmc::GPT2Config& cfg, int B, int T,
+                                int grad_accum, const GPT2Options& opts);
+// The largest micro-batch B (up to max_B) whose plan fits in `bytes`; 0 when not even B = 1.
+int gpt2_largest_batch(const Context& ctx, const llmc::GPT2Config& cfg, int T, int grad_accum,
+                       const GPT2Options& opts, size_t bytes, int max_B);
+// Prints the plan: each part in MiB and the largest activations.
+void gpt2_print_memory_plan(const GPT2MemoryPlan& plan, FILE* out);
+
+// Forward on inputs/targets already in device memory (B*T each), chunk by chunk through the
+// classifier: per-position losses in acts.losses; *d_loss (device) += mean loss * loss_scale.
+// With backward_classifier also the classifier's backward: dlnf into acts.dln and
+// dwte += dlogits^T @ lnf (accumulates), ready for gpt2_backward. logits_copy, when given, is
+// an (N, Vp) device buffer that receives every chunk's logits (tests; not with
+// backward_classifier, which overwrites them with dlogits).
 void gpt2_forward(const Context& ctx, GPT2* model, const int* d_inputs, const int* d_targets,
-                  float* d_loss, float loss_scale, bool write_dlogits);
+                  float* d_loss, float loss_scale, bool backward_classifier,
+                  floatX* logits_copy = nullptr);
 
-// Backward of the last gpt2_forward (run with write_dlogits); gradients accumulate (+=).
+// Backward of the last gpt2_forward (run with backward_classifier), from the dlnf it left;
+// gradients accumulate (+=).
 void gpt2_backward(const Context& ctx, GPT2* model, const int* d_inputs);
 
 // Enqueues one whole training step on ctx.stream using io.tokens and io.step_values, which
@@ -107,8 +178,8 @@ void gpt2_backward(const Context& ctx, GPT2* model, const int* d_inputs);
 void gpt2_step(const Context& ctx, GPT2* model, bool use_graph);
 
 // Forward-only evaluation of one batch held in io.tokens (micro-batch 0); synchronises and
-// returns the mean loss.
-float gpt2_eval_loss(const Context& ctx, GPT2* model);
+// returns the mean loss. logits_copy: as in gpt2_forward.
+float gpt2_eval_loss(const Context& ctx, GPT2* model, floatX* logits_copy = nullptr);
 
 // Copies parameters (as fp32, model-file layout) back to the host.
 void gpt2_download_params(const Context& ctx, const GPT2& model, std::vector<float>* out);

@@ -24,7 +24,8 @@ void enqueue_step(const Context& ctx, GPT2* m) {
     for (int micro = 0; micro < m->grad_accum; micro++) {
         const int* inputs = m->d_tokens + (size_t)micro * 2 * N;
         const int* targets = inputs + N;
-        gpt2_forward(ctx, m, inputs, targets, m->d_results, loss_scale, /*write_dlogits=*/true);
+        gpt2_forward(ctx, m, inputs, targets, m->d_results, loss_scale,
+                     /*backward_classifier=*/true);
         gpt2_backward(ctx, m, inputs);
     }
     {
@@ -59,14 +60,14 @@ void gpt2_step(const Context& ctx, GPT2* m, bool use_graph) {
     CUDA_CHECK(cudaGraphLaunch(m->graph, ctx.stream));
 }
 
-float gpt2_eval_loss(const Context& ctx, GPT2* m) {
+float gpt2_eval_loss(const Context& ctx, GPT2* m, floatX* logits_copy) {
     NvtxRange range("eval");
     const size_t N = (size_t)m->B * m->T;
     CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, 2 * N * sizeof(int),
                                cudaMemcpyHostToDevice, ctx.stream));
     CUDA_CHECK(cudaMemsetAsync(m->d_results, 0, sizeof(float), ctx.stream));
     gpt2_forward(ctx, m, m->d_tokens, m->d_tokens + N, m->d_results, 1.0f / (float)N,
-                 /*write_dlogits=*/false);
+                 /*backward_classifier=*/false, logits_copy);
     CUDA_CHECK(cudaMemcpyAsync(m->io.results, m->d_results, sizeof(float), cudaMemcpyDeviceToHost,
                                ctx.stream));
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));

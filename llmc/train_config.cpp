@@ -43,6 +43,10 @@ const char* kHelp =
     "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
     "  --overfit-batch 0|1  train on the first batch every step (default 0): a model that\n"
     "               cannot drive this loss toward 0 has a bug; also times steps without loading\n"
+    "  --recompute 0|1|2  memory for time: 1 recomputes each layer's GELU output in the backward\n"
+    "               instead of keeping it, 2 also its two layernorm outputs (default 0; the\n"
+    "               gradients are bitwise the same). The memory plan printed at start shows\n"
+    "               what each mode needs\n"
     "  --autotune 0|1  time cuBLASLt's candidate kernels once per shape and keep the fastest\n"
     "               (default 1; 0 takes the heuristic's pick, identical on every run)\n"
     "  --device N   CUDA device (default 0)\n"
@@ -140,6 +144,8 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->graph = (int)parse_int(f, v, 0, 1);
         else if (is("--overfit-batch"))
             c->overfit_batch = (int)parse_int(f, v, 0, 1);
+        else if (is("--recompute"))
+            c->recompute = (int)parse_int(f, v, 0, 2);
         else if (is("--autotune"))
             c->autotune = (int)parse_int(f, v, 0, 1);
         else if (is("--device"))
@@ -185,6 +191,7 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "shuffle, prefetch, overfit %d, %d, %d\n", c.shuffle, c.prefetch,
                  c.overfit_batch);
     std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
+    std::fprintf(out, "recompute        %d\n", c.recompute);
     std::fprintf(out, "device           %d\n", c.device);
 }
 

@@ -31,6 +31,8 @@ struct TrainConfig {
     int shuffle = 1;                    // --shuffle 0|1 train batches in a seeded order per epoch
     int prefetch = 1;                   // --prefetch 0|1 read batches ahead on a thread
     int overfit_batch = 0;              // --overfit-batch 0|1 train on the first batch only
+    int recompute = 0;                  // --recompute 0|1|2 activations recomputed in backward:
+                                        //     1 GELU output, 2 also ln1/ln2 (less memory)
     std::string json_summary;           // --json-summary PATH  benchmark summary
 };
 

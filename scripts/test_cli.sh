@@ -32,6 +32,11 @@ expect 2 "needs a value" -i
 expect 2 "--tf32 must be in" -i x --tf32 2
 expect 2 "--shuffle must be in" -i x --shuffle 2
 expect 2 "--prefetch needs a whole number" -i x --prefetch on
+expect 2 "--recompute must be in 0..2" -i x --recompute 3
+expect 2 "--recompute must be in 0..2" -i x --recompute -1
+expect 2 "--recompute needs a whole number" -i x --recompute all
+expect 2 "--recompute needs a value" -i x --recompute
+expect 0 "--recompute 0|1|2" --help
 expect 1 "could not open the model file" -i x -e "$tmp/missing_model.bin"
 expect 2 "longer than the model's maximum" -i x -t 2048
 expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64
