@@ -197,12 +197,19 @@ GPT2Options model_options(int recompute, size_t N) {
     return o;
 }
 
-// Builds the model with another recompute mode, runs one step on the same batch and checks
-// that its gradients are bitwise `ref` (recomputation must reuse the forward's exact values).
+// Builds the model with another recompute mode, runs one step on the same batch and compares
+// its gradients with `ref` (from mode `ref_recompute`). The forward is the same in every mode
+// and the recomputed layernorm outputs are the forward's kernel on the forward's inputs, so
+// every gradient must be bitwise the same, except one: the forward's GELU runs in cuBLASLt's
+// epilogue (on the float accumulator), the backward's recomputation in gelu_forward (on the
+// stored, rounded fch), so when one mode recomputes GELU and the other stores it, the fcproj
+// weight gradient (the only consumer of the GELU output in the backward) may differ by the
+// rounding of its input: at most 2^-8 relative per element in bf16 (one bf16 ulp), ~1e-7 in
+// fp32; its relative error norm is bounded by that, everything else is still compared bitwise.
 bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
                                const std::vector<float>& params, const DebugState& st,
-                               const AdamWHyper& hyper, int recompute, bool graph,
-                               const std::vector<float>& ref) {
+                               const AdamWHyper& hyper, int recompute, int ref_recompute,
+                               bool graph, const std::vector<float>& ref) {
     const size_t N = (size_t)st.B * st.T;
     GPT2 model;
     gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
@@ -214,21 +221,34 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     std::vector<float> grads;
     gpt2_download_grads(ctx, model, &grads);
-    size_t first = grads.size() == ref.size() ? grads.size() : 0;
-    for (size_t i = 0; i < grads.size() && i < ref.size(); i++) {
-        if (std::memcmp(&grads[i], &ref[i], sizeof(float)) != 0) {
+    LLMC_CHECK(grads.size() == ref.size(), "gradient count differs between recompute modes");
+    const bool gelu_differs = (recompute >= 1) != (ref_recompute >= 1);
+    const ParamLayout lay = param_layout(cfg);
+    const size_t fc0 = lay.offsets[kFcprojw], fc1 = fc0 + lay.sizes[kFcprojw];
+    size_t first = ref.size();
+    double diff2 = 0.0, ref2 = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (gelu_differs && i >= fc0 && i < fc1) {
+            diff2 += ((double)grads[i] - ref[i]) * ((double)grads[i] - ref[i]);
+            ref2 += (double)ref[i] * ref[i];
+        } else if (first == ref.size() && std::memcmp(&grads[i], &ref[i], sizeof(float)) != 0) {
             first = i;
-            break;
         }
     }
-    const bool ok = first == ref.size();
-    if (ok) {
+    const double fc_rel = ref2 > 0.0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+    const double fc_bound = sizeof(floatX) == 2 ? 1.0 / 256.0 : 1e-6;
+    const bool ok = first == ref.size() && fc_rel <= fc_bound;
+    if (first != ref.size()) {
+        std::printf("recompute %d gradients differ: first at [%zu] got %+.9e ref %+.9e  FAIL\n",
+                    recompute, first, grads[first], ref[first]);
+    } else if (gelu_differs) {
+        std::printf(
+            "recompute %d gradients bitwise identical except fcprojw: rel-norm %.2e "
+            "(bound %.2e, GELU recomputed vs stored)  %s\n",
+            recompute, fc_rel, fc_bound, ok ? "ok" : "FAIL");
+    } else {
         std::printf("recompute %d gradients bitwise identical (%zu values)  ok\n", recompute,
                     ref.size());
-    } else {
-        std::printf("recompute %d gradients differ: first at [%zu] got %+.9e ref %+.9e  FAIL\n",
-                    recompute, first, first < grads.size() ? grads[first] : 0.0f,
-                    first < ref.size() ? ref[first] : 0.0f);
     }
     return ok;
 }
@@ -324,11 +344,11 @@ int main(int argc, char** argv) {
         std::printf("  %s\n", ok ? "ok" : "FAIL");
         tally.record(ok);
     }
-    // 4. The other recompute modes: the same gradients, bit for bit.
+    // 4. The other recompute modes: the same gradients (see same_grads_with_recompute).
     for (int r = 0; r <= 2; r++) {
         if (r == opt.recompute) continue;
-        tally.record(
-            same_grads_with_recompute(ctx, cfg, params, st, hyper, r, opt.graph != 0, grads));
+        tally.record(same_grads_with_recompute(ctx, cfg, params, st, hyper, r, opt.recompute,
+                                               opt.graph != 0, grads));
     }
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);
     return tally.failed == 0 ? 0 : 1;

@@ -322,10 +322,10 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
                                          a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
                                          residual, a.proj_out, p[kLn2w] + l * C, p[kLn2b] + l * C,
                                          N, C);
-        // GELU as its own pass over the stored fch, so the backward can recompute it exactly.
-        matmul_forward(ctx, a.fch.at(l), a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L),
-                       p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C);
-        gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
+        // One GEMM writes fch (the GELU input, kept for backward) and fch_gelu (bias and GELU in
+        // cuBLASLt's epilogue): no separate pass over the (N, 4C) tensor.
+        matmul_forward(ctx, a.fch_gelu.at(l), a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L),
+                       p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C, a.fch.at(l));
         matmul_forward(ctx, a.proj_out, a.fch_gelu.at(l),
                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
                        p[kFcprojb] + layer_slice(lay, kFcprojb, l, L), N, 4 * C, C);
@@ -366,9 +366,12 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
-        // Recomputed activations: the forward's kernels on the forward's stored inputs, so the
-        // bits match. layernorm_forward recomputes the statistics too (identical to the stored
-        // ones; written aside) from the residual the forward normalized.
+        // Recomputed activations from the forward's stored inputs. layernorm_forward is the
+        // forward's own kernel, so ln1/ln2 come back bit for bit (it recomputes the statistics
+        // too, identical to the stored ones, written aside). GELU is recomputed by gelu_forward
+        // from the stored (rounded) fch, while the forward took it in the matmul epilogue from
+        // the float accumulator: the two can differ by one rounding of fch_gelu, which only the
+        // fcproj weight gradient below reads.
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
