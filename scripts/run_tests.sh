@@ -38,6 +38,8 @@ for t in build/host/dev/test_*; do
 done
 run cli_checks bash scripts/test_cli.sh
 run format_check make --no-print-directory format-check
+# Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
+run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
     run test_prepare_data bash dev/test_prepare_data.sh
 else
