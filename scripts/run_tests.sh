@@ -52,6 +52,8 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
+run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 
 # --- GPU tests ------------------------------------------------------------------------------
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
