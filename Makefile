@@ -89,19 +89,23 @@ $(HOSTBUILD)/dev/%: $(HOSTBUILD)/dev/%.o $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 
 # Fuzz harnesses of the file parsers (dev/fuzz_*.cpp; scripts/fuzz.sh runs them): Debian's
 # clang with libFuzzer, ASan and UBSan (every UB report fatal). -DLLMC_FUZZ makes LLMC_FAIL throw
-# llmc::FatalError instead of exiting. The host library is built again here, instrumented.
+# llmc::FatalError instead of exiting. The host library is built again here, instrumented, into
+# an archive, so a harness links only the objects it calls (no CUDA runtime needed).
 FUZZ_CXX ?= clang++
-FUZZ_FLAGS := -std=c++17 -O1 -g -Illmc -Idev -DLLMC_FUZZ -fno-omit-frame-pointer \
-  -fsanitize=address,undefined -fno-sanitize-recover=all -Wall -Wextra -Werror -Wno-unused-parameter
-FUZZ_LIB_OBJ := $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP))
+FUZZ_FLAGS := -std=c++17 -O1 -g -Illmc -Idev -I$(CUDA_HOME)/include -DLLMC_FUZZ \
+  -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -Wall -Wextra -Werror -Wno-unused-parameter
+FUZZ_LIB := build/fuzz/libllmc_host.a
 FUZZ_BIN := $(patsubst dev/%.cpp,build/fuzz/%,$(wildcard dev/fuzz_*.cpp))
 fuzz: $(FUZZ_BIN)
 build/fuzz/llmc/%.o: llmc/%.cpp $(wildcard llmc/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-build/fuzz/fuzz_%: dev/fuzz_%.cpp dev/fuzz_util.h $(FUZZ_LIB_OBJ)
+$(FUZZ_LIB): $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP))
+	rm -f $@ && ar rcs $@ $^
+build/fuzz/fuzz_%: dev/fuzz_%.cpp dev/fuzz_util.h $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ -lpthread
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
 
 test: all
 	$(MAKE) --no-print-directory PRECISION=BF16 objects
