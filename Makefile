@@ -73,7 +73,8 @@ profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 
 # Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
-PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(wildcard dev/prepare_data*.cpp))
+PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)
+PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(PREPARE_DATA_CPP))
 prepare_data: $(PREPARE_DATA_OBJ) $(LLMC_CPP_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
@@ -101,8 +102,11 @@ fuzz: $(FUZZ_BIN)
 build/fuzz/llmc/%.o: llmc/%.cpp $(wildcard llmc/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-$(FUZZ_LIB): $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP))
+$(FUZZ_LIB): $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/prepare_data.cpp,$(PREPARE_DATA_CPP)))
 	rm -f $@ && ar rcs $@ $^
+build/fuzz/dev/%.o: dev/%.cpp $(wildcard llmc/*.h dev/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 build/fuzz/fuzz_%: dev/fuzz_%.cpp dev/fuzz_util.h $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
