@@ -41,7 +41,7 @@ LLMC_CPP := $(wildcard llmc/*.cpp)
 LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))
 LLMC_CPP_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(LLMC_CPP))
 # The CPU reference (oracle of the tests) lives in dev/ as plain C++.
-DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_data%.cpp,$(wildcard dev/*.cpp))
+DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_data%.cpp dev/fuzz_%.cpp,$(wildcard dev/*.cpp))
 DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
 # Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu), host tests and benchmarks
 # (dev/test_*.cpp, dev/bench_*.cpp).
@@ -50,7 +50,7 @@ DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cp
 
 BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu prepare_data
 
-.PHONY: all test objects clean format-check data FORCE
+.PHONY: all test objects clean format-check data fuzz FORCE
 FORCE:
 all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
 
@@ -81,7 +81,8 @@ profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 
 # Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
-PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(wildcard dev/prepare_data*.cpp))
+PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)
+PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(PREPARE_DATA_CPP))
 prepare_data: $(PREPARE_DATA_OBJ) $(LLMC_CPP_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
@@ -94,6 +95,29 @@ $(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 
 $(HOSTBUILD)/dev/%: $(HOSTBUILD)/dev/%.o $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
+
+# Fuzz harnesses of the file parsers (dev/fuzz_*.cpp; scripts/fuzz.sh runs them): Debian's
+# clang with libFuzzer, ASan and UBSan (every UB report fatal). -DLLMC_FUZZ makes LLMC_FAIL throw
+# llmc::FatalError instead of exiting. The host library is built again here, instrumented, into
+# an archive, so a harness links only the objects it calls (no CUDA runtime needed).
+FUZZ_CXX ?= clang++
+FUZZ_FLAGS := -std=c++17 -O1 -g -Illmc -Idev -I$(CUDA_HOME)/include -DLLMC_FUZZ \
+  -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -Wall -Wextra -Werror -Wno-unused-parameter
+FUZZ_LIB := build/fuzz/libllmc_host.a
+FUZZ_BIN := $(patsubst dev/%.cpp,build/fuzz/%,$(wildcard dev/fuzz_*.cpp))
+fuzz: $(FUZZ_BIN)
+build/fuzz/llmc/%.o: llmc/%.cpp $(wildcard llmc/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_LIB): $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/prepare_data.cpp,$(PREPARE_DATA_CPP)))
+	rm -f $@ && ar rcs $@ $^
+build/fuzz/dev/%.o: dev/%.cpp $(wildcard llmc/*.h dev/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+build/fuzz/fuzz_%: dev/fuzz_%.cpp dev/fuzz_util.h $(FUZZ_LIB)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
 
 test: all
 	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) objects

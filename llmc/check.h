@@ -2,23 +2,54 @@
 //
 // LLMC_CHECK(cond, fmt, ...)  host check that stays on in release builds; prints the message
 //                             (one plain sentence for the user) with file:line and exits 1.
-// LLMC_FAIL(fmt, ...)         the same without a condition.
+// LLMC_FAIL(fmt, ...)         the same without a condition. Both go through llmc::fail(), which
+//                             throws llmc::FatalError instead of exiting in fuzz builds
+//                             (-DLLMC_FUZZ, `make fuzz`), so a harness can check the sentence.
 // CUDA_CHECK(expr)            a CUDA runtime call; prints the error name and string.
 // CUDA_CHECK_LAST()           after a kernel launch; with LLMC_DEBUG_SYNC=1 in the environment it
 //                             also synchronizes so an asynchronous fault names the right kernel.
 // CUBLAS_CHECK(expr)          a cuBLAS / cuBLASLt call; prints the status name and string.
 // NCCL_CHECK(expr)            an NCCL call (only where nccl.h is included first).
 #pragma once
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#ifdef LLMC_FUZZ
+#include <stdexcept>
+#include <string>
+#endif
 
-#define LLMC_FAIL(...)                                                \
-    do {                                                              \
-        std::fprintf(stderr, "error: ");                              \
-        std::fprintf(stderr, __VA_ARGS__);                            \
-        std::fprintf(stderr, "\n  (at %s:%d)\n", __FILE__, __LINE__); \
-        std::exit(1);                                                 \
-    } while (0)
+namespace llmc {
+#ifdef LLMC_FUZZ
+// Thrown by fail() in fuzz builds (-DLLMC_FUZZ), where exiting would end the fuzzer: the harness
+// catches it and checks the sentence (what()) instead.
+struct FatalError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+#endif
+
+// The one fatal path of LLMC_FAIL / LLMC_CHECK: prints "error: <sentence>" and where, then exits 1.
+[[noreturn]] inline __attribute__((format(printf, 3, 4))) void fail(const char* file, int line,
+                                                                    const char* fmt, ...) {
+    std::va_list args;
+    va_start(args, fmt);
+#ifdef LLMC_FUZZ
+    (void)file, (void)line;
+    char msg[4096];
+    std::vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+    throw FatalError(msg);
+#else
+    std::fprintf(stderr, "error: ");
+    std::vfprintf(stderr, fmt, args);
+    va_end(args);
+    std::fprintf(stderr, "\n  (at %s:%d)\n", file, line);
+    std::exit(1);
+#endif
+}
+}  // namespace llmc
+
+#define LLMC_FAIL(...) ::llmc::fail(__FILE__, __LINE__, __VA_ARGS__)
 
 #define LLMC_CHECK(cond, ...)       \
     do {                            \

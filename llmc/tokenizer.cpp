@@ -24,16 +24,17 @@ constexpr size_t kShortPiece = 64;
 constexpr int kAlphabetSize = 324;  // GPT-2's byte alphabet uses code points below 256 + 68
 const char kEndOfText[] = "<|endoftext|>";
 
+// Reads in chunks until EOF rather than trusting a size from fseek/ftell: on a folder that
+// "size" is 2^63 - 1, and the read itself is what fails (EISDIR).
 bool read_file(const std::string& path, std::string* out) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) return false;
-    std::fseek(f, 0, SEEK_END);
-    const long size = std::ftell(f);
-    std::fseek(f, 0, SEEK_SET);
-    out->resize(size > 0 ? (size_t)size : 0);
-    const size_t got = out->empty() ? 0 : std::fread(&(*out)[0], 1, out->size(), f);
+    out->clear();
+    char buf[1 << 16];
+    for (size_t got; (got = std::fread(buf, 1, sizeof(buf), f)) > 0;) out->append(buf, got);
+    const bool ok = std::ferror(f) == 0;
     std::fclose(f);
-    return size >= 0 && got == out->size();
+    return ok;
 }
 
 // GPT-2's byte alphabet: the printable Latin-1 bytes stand for themselves and the other 68 bytes
@@ -170,8 +171,9 @@ class JsonObjectReader {
     bool integer(long* out) {
         at('0');  // skips white space
         size_t digits = 0;
+        // Digits past the ninth are skipped, not accumulated (a long id would overflow).
         for (*out = 0; i_ < s_.size() && std::isdigit((unsigned char)s_[i_]); ++i_, ++digits)
-            *out = *out * 10 + (s_[i_] - '0');
+            if (digits < 9) *out = *out * 10 + (s_[i_] - '0');
         return digits > 0 && digits < 10;
     }
 
@@ -205,9 +207,11 @@ class JsonObjectReader {
     size_t i_ = 0;
 };
 
-// Reads encoder.json into tokens[id] (bytes). Ids must be 0..n-1, each once.
-bool parse_encoder_json(const std::string& json, const int cp_to_byte[kAlphabetSize],
-                        std::vector<std::string>* tokens, std::string* why) {
+// Reads encoder.json (at json_path, for messages) into tokens[id] (bytes). Ids must be 0..n-1,
+// each once.
+bool parse_encoder_json(const std::string& json, const std::string& json_path,
+                        const int cp_to_byte[kAlphabetSize], std::vector<std::string>* tokens,
+                        std::string* why) {
     JsonObjectReader r(json);
     std::vector<std::pair<long, std::string>> entries;
     std::string key, bytes;
@@ -216,20 +220,20 @@ bool parse_encoder_json(const std::string& json, const int cp_to_byte[kAlphabetS
     while (ok && !r.at('}')) {
         ok = r.string(&key) && r.take(':') && r.integer(&id) && (r.at('}') || r.take(','));
         if (ok && !alphabet_to_bytes(key, cp_to_byte, &bytes)) {
-            *why = "encoder.json has a token outside GPT-2's byte alphabet";
+            *why = json_path + " has a token outside GPT-2's byte alphabet";
             return false;
         }
         if (ok) entries.emplace_back(id, bytes);
     }
     if (!ok || !r.take('}') || !r.done()) {
-        *why = "encoder.json is not a JSON object of token -> id";
+        *why = json_path + " is not a JSON object of token -> id";
         return false;
     }
     tokens->assign(entries.size(), std::string());
     std::vector<bool> seen(entries.size(), false);
     for (auto& [tid, tbytes] : entries) {
         if (tid < 0 || (size_t)tid >= entries.size() || seen[tid]) {
-            *why = "encoder.json's ids are not 0..N-1, each once";
+            *why = json_path + "'s ids are not 0..N-1, each once";
             return false;
         }
         seen[tid] = true;
@@ -240,20 +244,21 @@ bool parse_encoder_json(const std::string& json, const int cp_to_byte[kAlphabetS
 
 // tiktoken's consistency rule: the 256 byte tokens are ids 0..255 in the order of their alphabet
 // characters, merge k of vocab.bpe makes token 256 + k, and <|endoftext|> is last.
-bool check_merges(const std::string& bpe, const std::vector<std::string>& tokens,
-                  const int cp_to_byte[kAlphabetSize], std::string* why) {
+bool check_merges(const std::string& bpe, const std::string& json_path, const std::string& bpe_path,
+                  const std::vector<std::string>& tokens, const int cp_to_byte[kAlphabetSize],
+                  std::string* why) {
     int rank = 0;
     for (uint32_t cp = 0; cp < (uint32_t)kAlphabetSize; ++cp) {
         if (cp_to_byte[cp] < 0) continue;
         if (tokens.size() <= 256 || tokens[rank] != std::string(1, (char)cp_to_byte[cp])) {
-            *why = "encoder.json's first 256 ids are not GPT-2's byte tokens in order";
+            *why = json_path + "'s first 256 ids are not GPT-2's byte tokens in order";
             return false;
         }
         ++rank;
     }
     size_t pos = bpe.find('\n');  // the first line is "#version: ..."
     if (bpe.compare(0, 8, "#version") != 0 || pos == std::string::npos) {
-        *why = "vocab.bpe does not start with a #version line";
+        *why = bpe_path + " does not start with a #version line";
         return false;
     }
     std::string left, right;
@@ -268,8 +273,9 @@ bool check_merges(const std::string& bpe, const std::vector<std::string>& tokens
                 !alphabet_to_bytes(line.substr(0, space), cp_to_byte, &left) ||
                 !alphabet_to_bytes(line.substr(space + 1), cp_to_byte, &right) ||
                 (size_t)rank + 1 >= tokens.size() || tokens[rank] != left + right) {
-                *why = "vocab.bpe's merge " + std::to_string(rank - 255) +
-                       " does not make the token encoder.json has at id " + std::to_string(rank);
+                *why = bpe_path + "'s merge " + std::to_string(rank - 255) +
+                       " does not make the token " + json_path + " has at id " +
+                       std::to_string(rank);
                 return false;
             }
             ++rank;
@@ -277,7 +283,7 @@ bool check_merges(const std::string& bpe, const std::vector<std::string>& tokens
         pos = eol;
     }
     if ((size_t)rank + 1 != tokens.size() || tokens[rank] != kEndOfText) {
-        *why = "encoder.json should end with <|endoftext|> right after the merged tokens";
+        *why = json_path + " should end with <|endoftext|> right after the merged tokens";
         return false;
     }
     return true;
@@ -362,13 +368,13 @@ bool Tokenizer::load(const std::string& dir, std::string* why) {
     byte_alphabet(cp_to_byte);
     std::vector<std::string> tokens;
     std::string detail;
-    if (!parse_encoder_json(json, cp_to_byte, &tokens, &detail) ||
-        !check_merges(bpe, tokens, cp_to_byte, &detail)) {
-        *why = "the tokenizer files in " + dir + " are not GPT-2's: " + detail;
+    if (!parse_encoder_json(json, json_path, cp_to_byte, &tokens, &detail) ||
+        !check_merges(bpe, json_path, bpe_path, tokens, cp_to_byte, &detail)) {
+        *why = detail + "; these are not GPT-2's tokenizer files";
         return false;
     }
     if (tokens.size() > 65535) {  // the merge table packs a pair of ids into 32 bits
-        *why = "the tokenizer in " + dir + " has more than 65535 tokens";
+        *why = "the tokenizer in " + json_path + " has more than 65535 tokens";
         return false;
     }
     token_offsets_.assign(1, 0);

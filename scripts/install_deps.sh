@@ -4,6 +4,14 @@
 # otherwise says what to install. Prints the interpreter to use on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# clang++ with libFuzzer and the sanitizers, for scripts/fuzz.sh (failures here are reported by
+# fuzz.sh itself, with what to install).
+if ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing clang from Debian (for scripts/fuzz.sh)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 || true
+elif ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
+    { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 || true
+fi
 have_all() { py=$(bash scripts/find_python.sh) && "$py" -c 'import regex' >/dev/null 2>&1 && command -v clang-format >/dev/null; }
 if have_all; then
     echo "$py"

@@ -39,6 +39,8 @@ for t in build/host/dev/test_*; do
 done
 run cli_checks bash scripts/test_cli.sh
 run format_check make --no-print-directory format-check
+# Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
+run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
     run test_prepare_data bash dev/test_prepare_data.sh
 else
@@ -51,6 +53,8 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
+run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 
 # --- GPU tests ------------------------------------------------------------------------------
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
