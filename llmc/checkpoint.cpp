@@ -229,9 +229,9 @@ void read_array(std::FILE* f, void* dst, size_t bytes, uint64_t want, const char
     LLMC_CHECK(std::fread(dst, 1, bytes, f) == bytes, "could not read the %s from '%s'.", what,
                path.c_str());
     LLMC_CHECK(checksum64(dst, bytes) == want,
-               "the %s in checkpoint state file '%s' fails its checksum; the file is corrupt "
+               "checkpoint state file '%s' is corrupt: its %s do not match their checksum "
                "(resume from an older checkpoint with --resume PATH).",
-               what, path.c_str());
+               path.c_str(), what);
 }
 
 }  // namespace
@@ -364,8 +364,8 @@ void read_checkpoint_state(const std::string& state_path, CheckpointMeta* meta,
     opt->m.resize(n);
     opt->v.resize(n);
     opt->raw_params.resize(meta->param_bytes != 4 ? n * meta->param_bytes : 0);
-    read_array(file.f, opt->m.data(), n * sizeof(float), meta->sum_m, "AdamW m", state_path);
-    read_array(file.f, opt->v.data(), n * sizeof(float), meta->sum_v, "AdamW v", state_path);
+    read_array(file.f, opt->m.data(), n * sizeof(float), meta->sum_m, "AdamW m values", state_path);
+    read_array(file.f, opt->v.data(), n * sizeof(float), meta->sum_v, "AdamW v values", state_path);
     if (!opt->raw_params.empty())
         read_array(file.f, opt->raw_params.data(), opt->raw_params.size(), meta->sum_params,
                    "device parameters", state_path);
@@ -406,7 +406,7 @@ std::string resume_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) {
     if (s.precision != n.precision) {
         std::snprintf(buf, sizeof(buf),
                       "the checkpoint was written by the %s build and this is the %s build; "
-                      "resume it with a %s build (make PRECISION=%s)",
+                      "resume it with the %s build (make PRECISION=%s)",
                       s.precision.c_str(), n.precision.c_str(), s.precision.c_str(),
                       s.precision == "bf16" ? "BF16" : "FP32");
     } else if (a.max_seq_len != b.max_seq_len || a.vocab_size != b.vocab_size ||

@@ -7,19 +7,16 @@
 namespace llmc {
 
 struct TrainConfig {
-    std::string train_pattern;             // -i  glob of training shards (required)
-    std::string val_pattern;               // -j  glob of validation shards ("" = no validation)
-    std::string model = "d12";             // -e  model file, or a preset d12|d24|d36|d48
-    std::string output_dir;                // -o  where the final model is written ("" = none)
-    int B = 4;                             // -b  micro-batch size (sequences)
-    int T = 1024;                          // -t  sequence length
-    long long total_batch = -1;            // -d  tokens per step; -1 = B*T (no accumulation)
-    int steps = 20;                        // -x  optimizer steps
-    float lr = 3e-4f;                      // -l  peak learning rate
-    int warmup = 0;                        // -u  linear warmup steps, then the schedule
-    std::string lr_schedule = "constant";  // --lr-schedule constant|linear|cosine|wsd
-    float lr_final_frac = 0.0f;            // --lr-final-frac  final lr as a fraction of the peak
-    float decay_frac = 0.2f;            // --decay-frac  wsd: fraction of the steps spent decaying
+    std::string train_pattern;          // -i  glob of training shards (required)
+    std::string val_pattern;            // -j  glob of validation shards ("" = no validation)
+    std::string model = "d12";          // -e  model file, or a preset d12|d24|d36|d48
+    std::string output_dir;             // -o  where the final model is written ("" = none)
+    int B = 4;                          // -b  micro-batch size (sequences)
+    int T = 1024;                       // -t  sequence length
+    long long total_batch = -1;         // -d  tokens per step; -1 = B*T (no accumulation)
+    int steps = 20;                     // -x  optimizer steps
+    float lr = 3e-4f;                   // -l  peak learning rate
+    int warmup = 0;                     // -u  linear warmup steps, then the schedule
     float weight_decay = 0.0f;          // -c  AdamW decay (2-D weights only)
     float beta1 = 0.9f, beta2 = 0.95f;  //     AdamW moments
     float eps = 1e-8f;                  //     AdamW epsilon
@@ -35,13 +32,18 @@ struct TrainConfig {
     int prefetch = 1;                   // --prefetch 0|1 read batches ahead on a thread
     int overfit_batch = 0;              // --overfit-batch 0|1 train on the first batch only
     std::string json_summary;           // --json-summary PATH  benchmark summary
-    int checkpoint_every = 0;           // --checkpoint-every N  checkpoint every N steps (0 = end)
-    int keep_last = 2;                  // --keep-last K  keep the newest K checkpoints
-    int keep_every = 0;                 // --keep-every M  also keep steps that are multiples of M
-    bool resume = false;                // --resume [PATH]  continue from a checkpoint
-    std::string resume_path;            //     PATH: a run dir or state file ("" = -o's newest)
-    int stop_after = 0;                 // --stop-after N  stop (checkpoint, exit 0) after step N
-    int max_bad_steps = 10;             // --max-bad-steps K  stop after K non-finite steps in a row
+
+    // learning-rate schedule, checkpoints, resume and stability
+    std::string lr_schedule = "constant";  // --lr-schedule constant|linear|cosine|wsd
+    float lr_final_frac = 0.0f;            // --lr-final-frac  final lr as a fraction of the peak
+    float decay_frac = 0.2f;   // --decay-frac  wsd: fraction of the steps spent decaying
+    int checkpoint_every = 0;  // --checkpoint-every N  checkpoint every N steps (0 = end)
+    int keep_last = 2;         // --keep-last K  keep the newest K checkpoints
+    int keep_every = 0;        // --keep-every M  also keep steps that are multiples of M
+    bool resume = false;       // --resume [PATH]  continue from a checkpoint
+    std::string resume_path;   //     PATH: a run dir or state file ("" = -o's newest)
+    int stop_after = 0;        // --stop-after N  stop (checkpoint, exit 0) after step N
+    int max_bad_steps = 10;    // --max-bad-steps K  stop after K non-finite steps in a row
 };
 
 // Parses argv into cfg. Prints the help and exits 0 on -h/--help; exits 2 with one sentence
