@@ -81,6 +81,10 @@ enum StateSlot {  // int64 slots of the state header
     kSlotSumParams,  // 0 when the params array is absent
     kNumStateSlots
 };
+// scripts/test_resume.sh reads the header with these indices.
+static_assert(kSlotStep == 3 && kSlotNumParams == 5 && kSlotParamBytes == 6 &&
+                  kSlotSumModel == 36 && kSlotSumParams == 39,
+              "update scripts/test_resume.sh with the state header");
 
 // Everything in a state header.
 struct CheckpointMeta {
