@@ -146,7 +146,9 @@ void on_stop_signal(int sig) {
 void install_stop_handlers() {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
+    // SA_RESTART: a system call of the loader's thread that the signal lands in is restarted,
+    // not failed with EINTR.
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);

@@ -185,7 +185,13 @@ last=-1
 for round in 1 2 3; do
     "$BIN" "${KILL[@]}" >"$WORK/kill$round.log" 2>&1 &
     pid=$!
-    # Wait for a few new steps past the last checkpoint, then a random 0-0.4 s more.
+    # Wait for this process's first step (by then it has cut the log back to its checkpoint),
+    # then for a few steps past the last checkpoint, then a random 0-0.4 s more.
+    for _ in $(seq 1 1000); do
+        grep -q '^step ' "$WORK/kill$round.log" 2>/dev/null && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.01
+    done
     for _ in $(seq 1 1000); do
         [ "$(wc -l 2>/dev/null <"$WORK/kill/log.jsonl" || echo 0)" -ge $((last + 8)) ] && break
         kill -0 $pid 2>/dev/null || break
