@@ -1,20 +1,27 @@
-// train_gpt2.cu: the trainer. Parse the options, create the context, build the model, run the
-// loop: each step fills the pinned token buffer from the data loader, launches the step (a CUDA
-// graph after the first), waits for it at the step boundary and prints its line.
+// train_gpt2.cu: the trainer. Parse the options, create the context, build the model (or restore
+// a checkpoint), run the loop: each step fills the pinned token buffer from the data loader,
+// launches the step (a CUDA graph after the first), waits for it at the step boundary, prints
+// its line and logs it to DIR/log.jsonl; checkpoints every --checkpoint-every steps, at the end,
+// and when SIGINT/SIGTERM asks the run to stop (after the current step).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "checkpoint.cuh"
 #include "dataloader.h"
 #include "gpt2.cuh"
 #include "mfu.h"
 #include "model_init.h"
+#include "run_log.h"
+#include "schedule.h"
 #include "train_config.h"
 
 using namespace llmc;
@@ -31,9 +38,15 @@ bool load_model_or_preset(const TrainConfig& tc, GPT2Config* cfg, std::vector<fl
     return false;
 }
 
-float lr_at_step(const TrainConfig& tc, int step) {  // step is 1-based
-    if (tc.warmup > 0 && step <= tc.warmup) return tc.lr * (float)step / (float)tc.warmup;
-    return tc.lr;
+ScheduleConfig schedule_of(const TrainConfig& tc) {
+    ScheduleConfig s;
+    parse_lr_schedule(tc.lr_schedule, &s.kind);  // validated by parse_train_args
+    s.peak_lr = tc.lr;
+    s.warmup = tc.warmup;
+    s.steps = tc.steps;
+    s.final_frac = tc.lr_final_frac;
+    s.decay_frac = tc.decay_frac;
+    return s;
 }
 
 // Fills micro-batch slots of io.tokens: inputs then targets for each micro-step. Returns the
@@ -134,11 +147,200 @@ void print_memory_plan(const Context& ctx, const GPT2Config& cfg, const TrainCon
     }
 }
 
+// Set by SIGINT/SIGTERM, read by the loop after each step. A signal handler can only reach
+// global state, hence this one non-constant global.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+    const char msg[] = "\nstop requested: finishing this step, then a checkpoint (again to kill)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+}
+
+// The first SIGINT/SIGTERM asks for a clean stop; SA_RESETHAND makes a second one kill the run.
+void install_stop_handlers() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    // SA_RESTART: a system call of the loader's thread that the signal lands in is restarted,
+    // not failed with EINTR.
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+}
+
+// What the loop carries from step to step; a checkpoint saves it.
+struct RunState {
+    long long step = 0;        // optimizer steps done
+    long long adam_t = 0;      // AdamW updates applied; a non-finite step is skipped, not counted
+    long long bad_streak = 0;  // non-finite steps in a row, ending at `step`
+    long long bad_total = 0;
+};
+
+// The checkpoint header fields that describe this run (everything but the step's state).
+CheckpointMeta describe_run(const TrainConfig& tc, const GPT2Config& cfg, const DataLoader& train) {
+    CheckpointMeta m;
+    m.cfg = cfg;
+    m.num_params = (long long)param_layout(cfg).total;
+    m.param_bytes = kParamBytes;
+    m.precision = kPrecisionName;
+    m.B = tc.B;
+    m.T = tc.T;
+    m.total_batch = tc.total_batch;
+    m.seed = tc.seed;
+    m.shuffle = tc.shuffle;
+    m.train_pattern = tc.train_pattern;
+    m.train_shards = (long long)train.files.size();
+    for (long long n : train.shard_tokens) m.train_tokens += n;
+    m.schedule = (int)schedule_of(tc).kind;
+    m.warmup = tc.warmup;
+    m.steps = tc.steps;
+    m.lr = tc.lr;
+    m.final_frac = tc.lr_final_frac;
+    m.decay_frac = tc.decay_frac;
+    m.beta1 = tc.beta1;
+    m.beta2 = tc.beta2;
+    m.eps = tc.eps;
+    m.weight_decay = tc.weight_decay;
+    m.grad_clip = tc.grad_clip;
+    return m;
+}
+
+// The state file to resume from, or "" for a new run. A new run refuses a directory that holds
+// checkpoints already, so that a later --resume can never mix two runs.
+std::string find_resume_state(const TrainConfig& tc) {
+    if (tc.output_dir.empty()) return "";
+    const std::vector<long long> existing = list_checkpoints(tc.output_dir);
+    if (!tc.resume) {
+        LLMC_CHECK(existing.empty(),
+                   "the output directory '%s' already holds checkpoints (the newest of step "
+                   "%lld); pass --resume to continue that run, or another -o to start a new one.",
+                   tc.output_dir.c_str(), existing.empty() ? 0ll : existing.back());
+        return "";
+    }
+    if (tc.resume_path.empty()) {
+        if (existing.empty())
+            std::printf("resume           no checkpoint in %s yet: starting a new run\n",
+                        tc.output_dir.c_str());
+        return existing.empty() ? "" : checkpoint_state_path(tc.output_dir, existing.back());
+    }
+    const std::string path = resolve_resume_path(tc.resume_path);
+    LLMC_CHECK(!path.empty(), "--resume %s: the directory holds no complete checkpoint.",
+               tc.resume_path.c_str());
+    return path;
+}
+
+// Reads the checkpoint at state_path into *saved, *opt and *weights after checking that this
+// run can continue it; prints what changed. Exits 1 with a sentence on a mismatch.
+void load_checkpoint(const std::string& state_path, const CheckpointMeta& now,
+                     const TrainConfig& tc, CheckpointMeta* saved, OptimizerState* opt,
+                     std::vector<float>* weights) {
+    read_checkpoint_state(state_path, saved, opt);
+    const std::string why = resume_mismatch(*saved, now);
+    LLMC_CHECK(why.empty(), "cannot resume from %s: %s.", state_path.c_str(), why.c_str());
+    LLMC_CHECK(tc.stop_after == 0 || tc.stop_after > saved->step,
+               "--stop-after %d is not after the checkpoint's step %lld.", tc.stop_after,
+               saved->step);
+    for (const std::string& change : resume_changes(*saved, now))
+        std::printf(
+            "note: %s since the checkpoint; from here the run differs from an "
+            "uninterrupted one\n",
+            change.c_str());
+    read_checkpoint_model(model_path_for_state(state_path), *saved, weights);
+    std::printf(
+        "resume           from %s: step %lld, AdamW t %lld, next batch epoch %lld shard "
+        "%d offset %lld\n",
+        state_path.c_str(), saved->step, saved->adam_t, saved->loader.epoch, saved->loader.shard,
+        saved->loader.offset);
+}
+
+bool all_finite(const std::vector<float>& v) {
+    for (float x : v)
+        if (!std::isfinite(x)) return false;
+    return true;
+}
+
+// Writes the checkpoint of run.step and prunes old ones. Refuses (returns false, with a
+// sentence) to save a broken state: non-finite weights or moments.
+bool save_checkpoint(const Context& ctx, const GPT2& model, const TrainConfig& tc,
+                     const CheckpointMeta& base, const RunState& run, const DataLoader& train) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CheckpointMeta meta = base;
+    meta.step = run.step;
+    meta.adam_t = run.adam_t;
+    meta.bad_streak = run.bad_streak;
+    meta.bad_total = run.bad_total;
+    meta.loader = dataloader_position(train);
+    std::vector<float> weights;
+    OptimizerState opt;
+    gpt2_download_checkpoint(ctx, model, &weights, &opt);
+    if (!all_finite(weights) || !all_finite(opt.m) || !all_finite(opt.v)) {
+        std::fprintf(stderr,
+                     "error: the weights or AdamW moments hold non-finite values at step %lld; "
+                     "no checkpoint written (the newest good one stays in %s).\n",
+                     run.step, tc.output_dir.c_str());
+        return false;
+    }
+    write_checkpoint(tc.output_dir, &meta, weights.data(), opt);
+    const int pruned = prune_checkpoints(tc.output_dir, tc.keep_last, tc.keep_every);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("checkpoint       %s (%.1f s%s)\n",
+                checkpoint_state_path(tc.output_dir, run.step).c_str(), s,
+                pruned ? ", older ones pruned" : "");
+    return true;
+}
+
+// DIR/model.bin: the final checkpoint's model file, as a hard link (a copy where links fail).
+void write_final_model(const std::string& dir, long long step, const GPT2Config& cfg) {
+    const std::string path = dir + "/model.bin", src = checkpoint_model_path(dir, step);
+    std::remove(path.c_str());
+    if (link(src.c_str(), path.c_str()) != 0) {
+        GPT2Config c;
+        std::vector<float> params;
+        int version = 0;
+        read_model_file(src, &c, &params, &version);
+        write_model_file(path, cfg, params.data(), 3);
+    }
+    std::printf("wrote %s\n", path.c_str());
+}
+
+void write_run_config(const TrainConfig& tc, const GPT2Config& cfg, const Context& ctx,
+                      long long start_step) {
+    const std::string path = tc.output_dir + "/config.json";
+    FILE* f = std::fopen(path.c_str(), "w");
+    LLMC_CHECK(f != nullptr, "cannot write %s (%s).", path.c_str(), std::strerror(errno));
+    char extra[512];
+    std::snprintf(extra, sizeof(extra),
+                  "\"precision\": \"%s\",\n  \"device_name\": %s,\n  \"num_layers\": %d,\n  "
+                  "\"num_heads\": %d,\n  \"channels\": %d,\n  \"vocab_size\": %d,\n  "
+                  "\"padded_vocab_size\": %d,\n  \"max_seq_len\": %d,\n  \"start_step\": %lld",
+                  kPrecisionName, json_string(ctx.props.name).c_str(), cfg.num_layers,
+                  cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
+                  cfg.max_seq_len, start_step);
+    write_train_config_json(tc, extra, f);
+    std::fclose(f);
+}
+
+// "1h02m", "12m34s", "45s".
+std::string format_duration(double seconds) {
+    char buf[32];
+    const long long s = (long long)std::llround(std::max(0.0, seconds));
+    if (s >= 3600)
+        std::snprintf(buf, sizeof(buf), "%lldh%02lldm", s / 3600, s / 60 % 60);
+    else if (s >= 60)
+        std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
+    else
+        std::snprintf(buf, sizeof(buf), "%llds", s);
+    return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     TrainConfig tc;
     parse_train_args(argc, argv, &tc);
+    const ScheduleConfig schedule = schedule_of(tc);
 
     GPT2Config cfg;
     std::vector<float> host_params;
@@ -150,18 +352,39 @@ int main(int argc, char** argv) {
     }
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
     if (!tc.output_dir.empty()) make_output_dir(tc.output_dir);
+    const std::string resume_state = find_resume_state(tc);
     // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
     init_loaders(tc, cfg.vocab_size, grad_accum, &train_loader, &val_loader);
     const bool has_val = !tc.val_pattern.empty();
 
+    // A resume replaces the initial weights with the checkpoint's, after checking that this run
+    // (shape, batch, data, seed, precision) can continue it.
+    const CheckpointMeta run_meta = describe_run(tc, cfg, train_loader);
+    CheckpointMeta saved;
+    OptimizerState saved_opt;
+    RunState run;
+    if (!resume_state.empty()) {
+        load_checkpoint(resume_state, run_meta, tc, &saved, &saved_opt, &host_params);
+        run.step = saved.step;
+        run.adam_t = saved.adam_t;
+        run.bad_streak = saved.bad_streak;
+        run.bad_total = saved.bad_total;
+        if (run.step >= tc.steps) {
+            std::printf("the checkpoint is at step %lld, the last of -x %d: nothing to train\n",
+                        run.step, tc.steps);
+            return 0;
+        }
+    }
+
     Context ctx;
     context_init(&ctx, tc.device, tc.tf32 != 0);
     ctx.autotune = tc.autotune != 0;
     print_train_config(tc, stdout);
+    print_schedule(schedule, stdout);
     std::printf("train data       %zu shards, %zu batches per epoch\n", train_loader.files.size(),
                 dataloader_num_batches(train_loader));
-    if (preset) {
+    if (preset && resume_state.empty()) {
         std::printf("model            preset %s, random init from seed %llu\n", tc.model.c_str(),
                     tc.seed);
         gpt2_init_random(cfg, tc.seed, &host_params);
@@ -173,6 +396,12 @@ int main(int argc, char** argv) {
     model_opts.recompute = tc.recompute;
     print_memory_plan(ctx, cfg, tc, grad_accum, model_opts);
     gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper, model_opts);
+    if (!resume_state.empty()) {
+        gpt2_upload_checkpoint(ctx, &model, saved_opt);
+        saved_opt = OptimizerState{};
+        // --overfit-batch trains on the loader's first batch, so it stays where it starts.
+        if (!tc.overfit_batch) dataloader_seek(&train_loader, saved.loader);
+    }
     const char* mm_precision = sizeof(floatX) == 2 ? "bf16" : (tc.tf32 ? "tf32" : "fp32");
     const double peak_tflops = device_peak_tflops(ctx.props.name, mm_precision);
     std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
@@ -182,19 +411,31 @@ int main(int argc, char** argv) {
                 cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, model.num_params / 1e6);
 
+    const bool has_output = !tc.output_dir.empty();
+    RunLog log;
+    if (has_output) {
+        write_run_config(tc, cfg, ctx, run.step);
+        log.open(tc.output_dir + "/log.jsonl", resume_state.empty() ? -1 : run.step);
+    }
+    install_stop_handlers();
+
     const double flops_per_step = gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch;
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     std::vector<double> step_ms, data_ms, wall_ms;
     std::vector<float> losses;
-    for (int step = 1; step <= tc.steps; step++) {
+    const int first_step = (int)run.step + 1;
+    auto timed_since = std::chrono::steady_clock::now();  // for the ETA, from the third step on
+    bool stopped = false, checkpoint_ok = true;
+    for (int step = first_step; step <= tc.steps; step++) {
         const auto wall0 = std::chrono::steady_clock::now();
-        // --overfit-batch keeps the first batch: no loading at all after step 1.
-        if (!tc.overfit_batch || step == 1)
+        if (step == first_step + 2) timed_since = wall0;
+        // --overfit-batch keeps the first batch: no loading at all after the first step.
+        if (!tc.overfit_batch || step == first_step)
             data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum));
-        model.io.step_values->lr = lr_at_step(tc, step);
-        model.io.step_values->step = step;
+        model.io.step_values->lr = lr_at_step(schedule, step);
+        model.io.step_values->step = (int)(run.adam_t + 1);
         CUDA_CHECK(cudaEventRecord(start, ctx.stream));
         gpt2_step(ctx, &model, tc.graph != 0);
         CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
@@ -204,28 +445,75 @@ int main(int argc, char** argv) {
                 .count();
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        const float loss = model.io.results[0];
-        const float norm = std::sqrt(model.io.results[1]);
-        const double tok_s = tc.total_batch / (ms / 1e3);
-        const double mfu =
-            peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
+        StepRecord rec;
+        rec.step = step;
+        rec.loss = model.io.results[0];
+        rec.norm = std::sqrt(model.io.results[1]);
+        rec.lr = model.io.step_values->lr;
+        rec.ms = ms;
+        rec.tok_s = tc.total_batch / (ms / 1e3);
+        rec.mfu = peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
+        // A non-finite loss or norm: AdamW skips the update on the device, so t does not advance.
+        rec.skipped = !std::isfinite(rec.loss) || !std::isfinite(rec.norm);
+        run.step = step;
+        run.bad_streak = rec.skipped ? run.bad_streak + 1 : 0;
+        run.bad_total += rec.skipped ? 1 : 0;
+        run.adam_t += rec.skipped ? 0 : 1;
+        std::string eta;
+        if (step >= first_step + 3) {
+            const double spent =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_since)
+                    .count();
+            eta = " | ETA " + format_duration(spent / (step - first_step - 1) * (tc.steps - step));
+        }
         std::printf(
-            "step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU %.1f%%\n",
-            step, tc.steps, loss, norm, model.io.step_values->lr, ms, tok_s, 100.0 * mfu);
+            "step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU "
+            "%.1f%%%s%s\n",
+            step, tc.steps, rec.loss, rec.norm, rec.lr, ms, rec.tok_s, 100.0 * rec.mfu, eta.c_str(),
+            rec.skipped ? " | SKIPPED (not finite)" : "");
         std::fflush(stdout);
-        if (!std::isfinite(loss))
-            std::fprintf(stderr, "warning: loss is not finite at step %d\n", step);
-        losses.push_back(loss);
+        losses.push_back(rec.loss);
         // The first step builds plans and the second captures the graph: neither is timed.
-        if (step > 2) {
+        if (step >= first_step + 2) {
             step_ms.push_back(ms);
             wall_ms.push_back(wall);
         }
         if (has_val && ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps)) {
-            std::printf("val loss %.6f (step %d, %d batches)\n",
-                        validation_loss(ctx, &model, &val_loader, tc.val_batches), step,
+            rec.has_val = true;
+            rec.val_loss = validation_loss(ctx, &model, &val_loader, tc.val_batches);
+            std::printf("val loss %.6f (step %d, %d batches)\n", rec.val_loss, step,
                         tc.val_batches);
         }
+        log.write(rec);
+        if (rec.skipped) {
+            std::fprintf(stderr,
+                         "warning: step %d has a non-finite loss or gradient norm; its update "
+                         "was skipped (%lld in a row, %lld in all)\n",
+                         step, run.bad_streak, run.bad_total);
+            if (tc.max_bad_steps > 0 && run.bad_streak >= tc.max_bad_steps) {
+                std::fprintf(stderr,
+                             "error: %lld steps in a row had a non-finite loss or gradient norm "
+                             "(--max-bad-steps %d): stopping without a checkpoint; lower the "
+                             "learning rate or resume from the last good checkpoint.\n",
+                             run.bad_streak, tc.max_bad_steps);
+                return 1;
+            }
+        }
+        stopped = g_stop_signal != 0 || step == tc.stop_after;
+        const bool due = step == tc.steps || stopped ||
+                         (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0);
+        if (has_output && due) {
+            if (run.bad_streak > 0) {
+                std::printf("checkpoint       not written at step %d: the step was not finite\n",
+                            step);
+                checkpoint_ok = false;
+            } else if (!save_checkpoint(ctx, model, tc, run_meta, run, train_loader)) {
+                return 1;
+            } else {
+                checkpoint_ok = true;
+            }
+        }
+        if (stopped) break;
     }
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -249,14 +537,22 @@ int main(int argc, char** argv) {
     if (!tc.json_summary.empty())
         write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib,
                            losses);
-    if (!tc.output_dir.empty()) {
-        std::vector<float> trained;
-        gpt2_download_params(ctx, model, &trained);
-        const std::string path = tc.output_dir + "/model.bin";
-        write_model_file(path, cfg, trained.data(), 3);
-        std::printf("wrote %s\n", path.c_str());
-    }
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
+    if (has_output && checkpoint_ok && run.step == tc.steps)
+        write_final_model(tc.output_dir, run.step, cfg);
+    if (stopped && run.step < tc.steps) {
+        if (!has_output)
+            std::printf("stopped after step %lld; no -o, so no checkpoint was written\n", run.step);
+        else if (checkpoint_ok)
+            std::printf("stopped after step %lld; checkpoint %s; continue with --resume -o %s\n",
+                        run.step, checkpoint_state_path(tc.output_dir, run.step).c_str(),
+                        tc.output_dir.c_str());
+        else
+            std::printf(
+                "stopped after step %lld; its state was not finite, so the newest "
+                "checkpoint in %s is an earlier one\n",
+                run.step, tc.output_dir.c_str());
+    }
     return 0;
 }

@@ -1,9 +1,14 @@
 // train_config.cpp: parsing and printing the trainer's options (see train_config.h).
 #include "train_config.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include "run_log.h"
+#include "schedule.h"
 
 namespace llmc {
 namespace {
@@ -31,7 +36,12 @@ const char* kHelp =
     "optimization:\n"
     "  -x STEPS     optimizer steps (default 20)\n"
     "  -l LR        peak learning rate (default 3e-4)\n"
-    "  -u STEPS     linear warmup steps, constant after (default 0)\n"
+    "  -u STEPS     linear warmup steps, then the schedule (default 0)\n"
+    "  --lr-schedule constant|linear|cosine|wsd   lr after the warmup (default constant):\n"
+    "               linear/cosine decay to the final lr at the last step; wsd stays at the peak,\n"
+    "               then decays linearly over the last --decay-frac of the steps\n"
+    "  --lr-final-frac F  final lr as a fraction of the peak (default 0)\n"
+    "  --decay-frac F     wsd: fraction of the steps spent decaying (default 0.2)\n"
     "  -c WD        AdamW weight decay on 2-D weights (default 0)\n"
     "  -g NORM      clip the global gradient norm to NORM, 0 = off (default 1.0)\n"
     "  --beta1 X --beta2 X --eps X   AdamW constants (default 0.9, 0.95, 1e-8)\n"
@@ -51,6 +61,20 @@ const char* kHelp =
     "               (default 1; 0 takes the heuristic's pick, identical on every run)\n"
     "  --device N   CUDA device (default 0)\n"
     "  --json-summary PATH   write median step time, tok/s and memory as JSON\n"
+    "  --max-bad-steps K  stop (exit 1, no checkpoint) after K steps in a row whose loss or\n"
+    "               gradient norm is not finite; such steps leave the weights alone (default\n"
+    "               10; 0 = never stop)\n"
+    "checkpoints (in -o DIR; also DIR/config.json and DIR/log.jsonl, one JSON line a step):\n"
+    "  --checkpoint-every N  write DIR/model_SSSSSSSS.bin + state_SSSSSSSS.bin every N steps\n"
+    "               (default 0: only at the end; a run always checkpoints at its end and when\n"
+    "               stopped by SIGINT/SIGTERM)\n"
+    "  --keep-last K    keep the newest K checkpoints (default 2)\n"
+    "  --keep-every M   also keep every checkpoint whose step is a multiple of M (default 0)\n"
+    "  --resume [PATH]  continue bit for bit from the newest complete checkpoint in -o (a\n"
+    "               fresh start when there is none yet), or from PATH: a run directory or a\n"
+    "               state_SSSSSSSS.bin file (then -o defaults to its directory)\n"
+    "  --stop-after N   stop after step N as if interrupted (checkpoint, exit 0); the schedule\n"
+    "               still spans -x steps, so a --resume continues the same run\n"
     "  -h, --help   this text\n"
     "\n"
     "environment: LLMC_DEBUG_SYNC=1 synchronizes after every kernel to locate a fault.\n";
@@ -98,6 +122,11 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
         if (std::strcmp(f, "-h") == 0 || std::strcmp(f, "--help") == 0) {
             std::fputs(kHelp, stdout);
             std::exit(0);
+        }
+        if (std::strcmp(f, "--resume") == 0) {  // the only option whose value is optional
+            c->resume = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-') c->resume_path = argv[++i];
+            continue;
         }
         if (i + 1 >= argc) usage_error("%s needs a value", f);
         const char* v = argv[++i];
@@ -156,11 +185,50 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->prefetch = (int)parse_int(f, v, 0, 1);
         else if (is("--json-summary"))
             c->json_summary = v;
+        else if (is("--lr-schedule"))
+            c->lr_schedule = v;
+        else if (is("--lr-final-frac"))
+            c->lr_final_frac = parse_float(f, v, 0.0, 1.0);
+        else if (is("--decay-frac"))
+            c->decay_frac = parse_float(f, v, 0.0, 1.0);
+        else if (is("--checkpoint-every"))
+            c->checkpoint_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--keep-last"))
+            c->keep_last = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("--keep-every"))
+            c->keep_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--stop-after"))
+            c->stop_after = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("--max-bad-steps"))
+            c->max_bad_steps = (int)parse_int(f, v, 0, 1 << 30);
         else
             usage_error("unknown option '%s'", f);
     }
     if (c->train_pattern.empty())
         usage_error("%s", "training shards are required: pass -i 'DIR/*_train.bin'");
+    LrSchedule kind;
+    if (!parse_lr_schedule(c->lr_schedule, &kind))
+        usage_error("--lr-schedule must be constant, linear, cosine or wsd, not '%s'",
+                    c->lr_schedule.c_str());
+    // --resume PATH without -o: the run continues in the checkpoint's directory.
+    if (c->output_dir.empty() && !c->resume_path.empty()) {
+        struct stat st;
+        const bool is_dir = stat(c->resume_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+        const size_t slash = c->resume_path.find_last_of('/');
+        c->output_dir = is_dir
+                            ? c->resume_path
+                            : (slash == std::string::npos ? "." : c->resume_path.substr(0, slash));
+    }
+    if (c->output_dir.empty() && c->resume)
+        usage_error("%s", "--resume needs the run's directory: pass -o DIR (or --resume PATH)");
+    if (c->output_dir.empty() && c->checkpoint_every > 0)
+        usage_error("%s", "--checkpoint-every needs an output directory: pass -o DIR");
+    if (c->stop_after > c->steps) {
+        char msg[96];
+        std::snprintf(msg, sizeof(msg), "%d is past the last step (-x %d)", c->stop_after,
+                      c->steps);
+        usage_error("--stop-after %s", msg);
+    }
     const long long bt = (long long)c->B * c->T;
     if (c->total_batch < 0) c->total_batch = bt;
     if (c->total_batch % bt != 0) {
@@ -193,6 +261,41 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     std::fprintf(out, "tf32, graph, tune %d, %d, %d\n", c.tf32, c.graph, c.autotune);
     std::fprintf(out, "recompute        %d\n", c.recompute);
     std::fprintf(out, "device           %d\n", c.device);
+    std::fprintf(out, "checkpoints      every %d steps (0 = at the end), keep last %d, every %d\n",
+                 c.checkpoint_every, c.keep_last, c.keep_every);
+    if (c.resume)
+        std::fprintf(out, "resume           %s\n",
+                     c.resume_path.empty() ? "(newest in -o)" : c.resume_path.c_str());
+    if (c.stop_after > 0) std::fprintf(out, "stop after       step %d\n", c.stop_after);
+    std::fprintf(out, "max bad steps    %d\n", c.max_bad_steps);
+}
+
+void write_train_config_json(const TrainConfig& c, const std::string& extra, FILE* out) {
+    std::fprintf(out, "{\n  \"train_pattern\": %s,\n  \"val_pattern\": %s,\n",
+                 json_string(c.train_pattern).c_str(), json_string(c.val_pattern).c_str());
+    std::fprintf(out, "  \"model\": %s,\n  \"output_dir\": %s,\n", json_string(c.model).c_str(),
+                 json_string(c.output_dir).c_str());
+    std::fprintf(out, "  \"B\": %d,\n  \"T\": %d,\n  \"total_batch\": %lld,\n  \"steps\": %d,\n",
+                 c.B, c.T, c.total_batch, c.steps);
+    std::fprintf(out, "  \"lr\": %.9g,\n  \"warmup\": %d,\n  \"lr_schedule\": %s,\n", c.lr,
+                 c.warmup, json_string(c.lr_schedule).c_str());
+    std::fprintf(out, "  \"lr_final_frac\": %.9g,\n  \"decay_frac\": %.9g,\n", c.lr_final_frac,
+                 c.decay_frac);
+    std::fprintf(out, "  \"weight_decay\": %.9g,\n  \"beta1\": %.9g,\n  \"beta2\": %.9g,\n",
+                 c.weight_decay, c.beta1, c.beta2);
+    std::fprintf(out, "  \"eps\": %.9g,\n  \"grad_clip\": %.9g,\n", c.eps, c.grad_clip);
+    std::fprintf(out, "  \"val_every\": %d,\n  \"val_batches\": %d,\n  \"seed\": %llu,\n",
+                 c.val_every, c.val_batches, c.seed);
+    std::fprintf(out, "  \"tf32\": %d,\n  \"graph\": %d,\n  \"autotune\": %d,\n  \"device\": %d,\n",
+                 c.tf32, c.graph, c.autotune, c.device);
+    std::fprintf(out, "  \"shuffle\": %d,\n  \"prefetch\": %d,\n  \"overfit_batch\": %d,\n",
+                 c.shuffle, c.prefetch, c.overfit_batch);
+    std::fprintf(out, "  \"checkpoint_every\": %d,\n  \"keep_last\": %d,\n  \"keep_every\": %d,\n",
+                 c.checkpoint_every, c.keep_last, c.keep_every);
+    std::fprintf(out, "  \"resume\": %s,\n  \"resume_path\": %s,\n  \"stop_after\": %d,\n",
+                 c.resume ? "true" : "false", json_string(c.resume_path).c_str(), c.stop_after);
+    std::fprintf(out, "  \"max_bad_steps\": %d%s%s\n}\n", c.max_bad_steps,
+                 extra.empty() ? "" : ",\n  ", extra.c_str());
 }
 
 }  // namespace llmc

@@ -16,7 +16,7 @@ struct TrainConfig {
     long long total_batch = -1;         // -d  tokens per step; -1 = B*T (no accumulation)
     int steps = 20;                     // -x  optimizer steps
     float lr = 3e-4f;                   // -l  peak learning rate
-    int warmup = 0;                     // -u  linear warmup steps, then constant
+    int warmup = 0;                     // -u  linear warmup steps, then the schedule
     float weight_decay = 0.0f;          // -c  AdamW decay (2-D weights only)
     float beta1 = 0.9f, beta2 = 0.95f;  //     AdamW moments
     float eps = 1e-8f;                  //     AdamW epsilon
@@ -34,6 +34,18 @@ struct TrainConfig {
     int recompute = 0;                  // --recompute 0|1|2 activations recomputed in backward:
                                         //     1 GELU output, 2 also ln1/ln2 (less memory)
     std::string json_summary;           // --json-summary PATH  benchmark summary
+
+    // learning-rate schedule, checkpoints, resume and stability
+    std::string lr_schedule = "constant";  // --lr-schedule constant|linear|cosine|wsd
+    float lr_final_frac = 0.0f;            // --lr-final-frac  final lr as a fraction of the peak
+    float decay_frac = 0.2f;   // --decay-frac  wsd: fraction of the steps spent decaying
+    int checkpoint_every = 0;  // --checkpoint-every N  checkpoint every N steps (0 = end)
+    int keep_last = 2;         // --keep-last K  keep the newest K checkpoints
+    int keep_every = 0;        // --keep-every M  also keep steps that are multiples of M
+    bool resume = false;       // --resume [PATH]  continue from a checkpoint
+    std::string resume_path;   //     PATH: a run dir or state file ("" = -o's newest)
+    int stop_after = 0;        // --stop-after N  stop (checkpoint, exit 0) after step N
+    int max_bad_steps = 10;    // --max-bad-steps K  stop after K non-finite steps in a row
 };
 
 // Parses argv into cfg. Prints the help and exits 0 on -h/--help; exits 2 with one sentence
@@ -42,5 +54,9 @@ void parse_train_args(int argc, char** argv, TrainConfig* cfg);
 
 // Prints the resolved configuration, one option a line.
 void print_train_config(const TrainConfig& cfg, FILE* out);
+
+// Writes the resolved configuration as one JSON object (every field above, by its long name),
+// followed by `extra` (already formatted "key": value pairs, may be empty).
+void write_train_config_json(const TrainConfig& cfg, const std::string& extra, FILE* out);
 
 }  // namespace llmc

@@ -49,5 +49,21 @@ expect 1 "junk.bin" -i x -e "$tmp/junk.bin"
   head -c 16 /dev/zero | tr '\0' '\377'; } >"$tmp/bad_ids.bin"
 expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4
 expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4 --prefetch 0 --shuffle 0
+# Schedules, checkpoints and resume (checked before any data or GPU work).
+expect 2 "--lr-schedule must be constant, linear, cosine or wsd" -i x --lr-schedule exp
+expect 2 "--lr-final-frac must be in" -i x --lr-final-frac 1.5
+expect 2 "--decay-frac must be in" -i x --decay-frac -0.1
+expect 2 "--keep-last must be in" -i x --keep-last 0
+expect 2 "--checkpoint-every needs an output directory" -i x --checkpoint-every 5
+expect 2 "--resume needs the run's directory" -i x --resume
+expect 2 "--stop-after 30 is past the last step" -i x -x 20 --stop-after 30
+mkdir -p "$tmp/run" "$tmp/empty"
+touch "$tmp/run/state_00000005.bin" "$tmp/run/model_00000005.bin"
+expect 1 "already holds checkpoints (the newest of step 5); pass --resume" -i x -t 64 -o "$tmp/run"
+expect 1 "holds no complete checkpoint" -i x -t 64 --resume "$tmp/empty"
+expect 1 "no such file or directory" -i x -t 64 --resume "$tmp/nowhere" -o "$tmp/run"
+# A valid 8-token shard, so the checkpoint itself is what gets refused.
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x08\x00\x00\x00'; head -c 1028 /dev/zero; } >"$tmp/ok.bin"
+expect 1 "too short for its 4096-byte header" -i "$tmp/ok.bin" -b 1 -t 4 --resume "$tmp/run"
 echo "test_cli: $ok passed, $bad failed"
 [ "$bad" = 0 ]

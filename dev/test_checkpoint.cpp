@@ -1,0 +1,555 @@
+// test_checkpoint.cpp: host test of llmc/checkpoint and llmc/run_log: the checksum, the
+// checkpoint writer/reader round trip (fp32 build layout, and bf16 with raw parameters), finding
+// the newest complete checkpoint among partial and temporary files, pruning, the resume checks,
+// the log's truncation on resume, and the refusal of every malformed file.
+//
+// Readers end the program on a bad file (LLMC_FAIL -> exit 1), so each malformed case runs in a
+// forked child whose stderr is captured: the case passes when the child exits with status 1
+// and its message names the file and says what is wrong.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "run_log.h"
+
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+void check(bool ok, const char* fmt, ...) {
+    (ok ? g_passed : g_failed)++;
+    std::printf("%s ", ok ? "ok  " : "FAIL");
+    va_list args;
+    va_start(args, fmt);
+    std::vprintf(fmt, args);
+    va_end(args);
+    std::printf("\n");
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+    std::vector<char> bytes;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return bytes;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
+    std::fclose(f);
+    return bytes;
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
+        std::fprintf(stderr, "test_checkpoint: cannot write scratch file %s\n", path.c_str());
+        std::exit(2);
+    }
+    std::fclose(f);
+}
+
+bool exists(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0;
+}
+
+void set_slot(std::vector<char>* bytes, int slot, int64_t value) {
+    std::memcpy(bytes->data() + slot * sizeof(int64_t), &value, sizeof(value));
+}
+
+// Runs fn in a child with stderr captured; expects exit status 1 and a message that contains
+// `path` and every one of `needles`.
+void expect_refusal(const char* what, const std::string& path,
+                    const std::vector<std::string>& needles, const std::function<void()>& fn) {
+    int fds[2];
+    if (pipe(fds) != 0) std::exit(2);
+    std::fflush(stdout);  // the child's exit() would flush a copy of anything still buffered
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn();
+        _exit(42);  // the reader accepted the file
+    }
+    close(fds[1]);
+    std::string msg;
+    char buf[512];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, n);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    bool ok = code == 1 && msg.find(path) != std::string::npos;
+    for (const std::string& needle : needles) ok = ok && msg.find(needle) != std::string::npos;
+    const std::string first_line = msg.substr(0, msg.find('\n'));
+    check(ok, "refuses %s: exit %d, \"%s\"", what, code, first_line.c_str());
+}
+
+llmc::GPT2Config small_config() {  // awkward on purpose: odd V, Vp not a multiple of 128
+    llmc::GPT2Config c;
+    c.max_seq_len = 16;
+    c.vocab_size = 37;
+    c.padded_vocab_size = 40;
+    c.num_layers = 2;
+    c.num_heads = 3;
+    c.channels = 9;
+    return c;
+}
+
+// Arrays of one checkpoint, drawn fresh from rng (never zeros).
+struct Arrays {
+    std::vector<float> weights;
+    llmc::OptimizerState opt;
+};
+
+Arrays random_arrays(size_t n, int param_bytes, std::mt19937* rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Arrays a;
+    a.weights.resize(n);
+    a.opt.m.resize(n);
+    a.opt.v.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        a.weights[i] = normal(*rng);
+        a.opt.m[i] = 1e-3f * normal(*rng);
+        a.opt.v[i] = 1e-6f * std::fabs(normal(*rng));
+    }
+    if (param_bytes != 4) {
+        a.opt.raw_params.resize(n * param_bytes);
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t b = llmc::float_to_bf16_bits(a.weights[i] + 1e-3f * normal(*rng));
+            std::memcpy(a.opt.raw_params.data() + 2 * i, &b, 2);
+        }
+    }
+    return a;
+}
+
+llmc::CheckpointMeta sample_meta(long long step, int param_bytes) {
+    llmc::CheckpointMeta m;
+    m.step = step;
+    m.adam_t = step > 3 ? step - 3 : 0;
+    m.cfg = small_config();
+    m.num_params = (long long)llmc::param_layout(m.cfg).total;
+    m.param_bytes = param_bytes;
+    m.precision = param_bytes == 2 ? "bf16" : "fp32";
+    m.B = 3;
+    m.T = 7;
+    m.total_batch = 42;
+    m.seed = 0xFEEDFACECAFEBEEFull;  // high bit set: must survive the int64 slot
+    m.shuffle = 1;
+    m.train_pattern = "data/some dir/\"quoted\"_train_*.bin";
+    m.train_shards = 3;
+    m.train_tokens = 123456789012ll;
+    m.loader.epoch = 2;
+    m.loader.shard = 1;
+    m.loader.offset = 21 * 5;
+    m.bad_streak = 0;
+    m.bad_total = 3;
+    m.schedule = 2;
+    m.warmup = 7;
+    m.steps = 1000;
+    m.lr = 6e-4f;  // a float value, as the trainer stores
+    m.final_frac = 0.1;
+    m.decay_frac = 0.2;
+    m.beta1 = 0.9f;
+    m.beta2 = 0.95f;
+    m.eps = 1e-8f;
+    m.weight_decay = 0.1f;
+    m.grad_clip = 1.0f;
+    return m;
+}
+
+bool same_meta(const llmc::CheckpointMeta& a, const llmc::CheckpointMeta& b) {
+    const llmc::GPT2Config &x = a.cfg, &y = b.cfg;
+    return a.step == b.step && a.adam_t == b.adam_t && x.max_seq_len == y.max_seq_len &&
+           x.vocab_size == y.vocab_size && x.padded_vocab_size == y.padded_vocab_size &&
+           x.num_layers == y.num_layers && x.num_heads == y.num_heads && x.channels == y.channels &&
+           a.num_params == b.num_params && a.param_bytes == b.param_bytes &&
+           a.precision == b.precision && a.B == b.B && a.T == b.T &&
+           a.total_batch == b.total_batch && a.seed == b.seed && a.shuffle == b.shuffle &&
+           a.train_pattern == b.train_pattern && a.train_shards == b.train_shards &&
+           a.train_tokens == b.train_tokens && a.loader.epoch == b.loader.epoch &&
+           a.loader.shard == b.loader.shard && a.loader.offset == b.loader.offset &&
+           a.bad_streak == b.bad_streak && a.bad_total == b.bad_total && a.schedule == b.schedule &&
+           a.warmup == b.warmup && a.steps == b.steps && a.lr == b.lr &&
+           a.final_frac == b.final_frac && a.decay_frac == b.decay_frac && a.beta1 == b.beta1 &&
+           a.beta2 == b.beta2 && a.eps == b.eps && a.weight_decay == b.weight_decay &&
+           a.grad_clip == b.grad_clip && a.sum_model == b.sum_model && a.sum_m == b.sum_m &&
+           a.sum_v == b.sum_v && a.sum_params == b.sum_params;
+}
+
+bool same_bits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+// The checksum's definition, written out a second way (bytes assembled by shifts, the tail
+// padded explicitly), to catch a slip in either.
+uint64_t mix(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+uint64_t reference_checksum(const std::vector<unsigned char>& bytes) {
+    std::vector<unsigned char> padded = bytes;
+    while (padded.size() % 8 != 0) padded.push_back(0);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < padded.size() / 8; i++) {
+        uint64_t w = 0;
+        for (int k = 7; k >= 0; k--) w = (w << 8) | padded[8 * i + k];
+        sum += mix(w + (uint64_t)i * 0x9E3779B97F4A7C15ull);
+    }
+    return mix(sum ^ (uint64_t)bytes.size());
+}
+
+void test_checksum(std::mt19937* rng) {
+    std::vector<unsigned char> bytes(1001);
+    for (unsigned char& b : bytes) b = (unsigned char)((*rng)() & 0xff);
+    const uint64_t base = llmc::checksum64(bytes.data(), bytes.size());
+    check(base == reference_checksum(bytes), "checksum64 matches its definition (1001 bytes)");
+    bool all_flips = true;
+    for (size_t bit = 0; bit < bytes.size() * 8; bit += 97) {
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        all_flips = all_flips && llmc::checksum64(bytes.data(), bytes.size()) != base;
+        bytes[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    check(all_flips, "checksum64 changes on every single-bit flip tried");
+    std::vector<unsigned char> longer = bytes;
+    longer.push_back(0);
+    check(llmc::checksum64(longer.data(), longer.size()) != base,
+          "checksum64 changes when a zero byte is appended");
+    std::vector<unsigned char> swapped = bytes;
+    for (int k = 0; k < 8; k++) std::swap(swapped[k], swapped[8 + k]);
+    check(swapped == bytes || llmc::checksum64(swapped.data(), swapped.size()) != base,
+          "checksum64 changes when two words swap places");
+    check(llmc::checksum64(nullptr, 0) == reference_checksum({}), "checksum64 of nothing");
+}
+
+void test_round_trip(const std::string& dir, int param_bytes, std::mt19937* rng) {
+    const char* build = param_bytes == 2 ? "bf16" : "fp32";
+    llmc::CheckpointMeta meta = sample_meta(50, param_bytes);
+    const Arrays a = random_arrays((size_t)meta.num_params, param_bytes, rng);
+    llmc::write_checkpoint(dir, &meta, a.weights.data(), a.opt);
+    const std::string state = llmc::checkpoint_state_path(dir, 50);
+    check(state == dir + "/state_00000050.bin" &&
+              llmc::checkpoint_model_path(dir, 50) == dir + "/model_00000050.bin",
+          "%s checkpoint names: state_00000050.bin, model_00000050.bin", build);
+    check(!exists(dir + "/.state_00000050.bin.tmp") && !exists(dir + "/.model_00000050.bin.tmp"),
+          "%s: no temporary file left after a write", build);
+    const size_t n = (size_t)meta.num_params;
+    const long long want_size = 4096 + 8 * (long long)n + (param_bytes == 2 ? 2 * (long long)n : 0);
+    check((long long)read_bytes(state).size() == want_size, "%s state file is %lld bytes", build,
+          want_size);
+
+    llmc::CheckpointMeta back;
+    llmc::OptimizerState opt;
+    llmc::read_checkpoint_state(state, &back, &opt);
+    check(same_meta(meta, back), "%s: every header field reads back as written", build);
+    check(opt.m.size() == n && same_bits(opt.m.data(), a.opt.m.data(), n * 4) &&
+              opt.v.size() == n && same_bits(opt.v.data(), a.opt.v.data(), n * 4),
+          "%s: AdamW m and v read back bit for bit", build);
+    check(opt.raw_params.size() == a.opt.raw_params.size() &&
+              same_bits(opt.raw_params.data(), a.opt.raw_params.data(), opt.raw_params.size()),
+          "%s: raw device parameters read back bit for bit (%zu bytes)", build,
+          opt.raw_params.size());
+    std::vector<float> weights;
+    llmc::read_checkpoint_model(llmc::model_path_for_state(state), back, &weights);
+    check(weights.size() == n && same_bits(weights.data(), a.weights.data(), n * 4),
+          "%s: model file weights read back bit for bit", build);
+    llmc::CheckpointMeta header_only;
+    llmc::read_checkpoint_meta(state, &header_only);
+    check(same_meta(meta, header_only), "%s: read_checkpoint_meta gives the same header", build);
+}
+
+void test_listing_and_prune(const std::string& dir, std::mt19937* rng) {
+    for (long long s = 1; s <= 10; s++) {
+        llmc::CheckpointMeta meta = sample_meta(s, 4);
+        const Arrays a = random_arrays((size_t)meta.num_params, 4, rng);
+        llmc::write_checkpoint(dir, &meta, a.weights.data(), a.opt);
+    }
+    // Leftovers of a crash: temporary files, a model whose state never arrived, odd names.
+    write_bytes(dir + "/.state_00000011.bin.tmp", {'x'});
+    write_bytes(dir + "/.model_00000011.bin.tmp", {'x'});
+    write_bytes(dir + "/model_00000012.bin", {'x'});
+    write_bytes(dir + "/state_00000013.bin.tmp", {'x'});
+    write_bytes(dir + "/state_abc.bin", {'x'});
+    write_bytes(dir + "/model_00000003.bin.bak", {'x'});
+    std::vector<long long> steps = llmc::list_checkpoints(dir);
+    check(steps.size() == 10 && steps.front() == 1 && steps.back() == 10,
+          "list_checkpoints finds the 10 complete checkpoints and nothing else (%zu)",
+          steps.size());
+    check(llmc::resolve_resume_path(dir) == llmc::checkpoint_state_path(dir, 10),
+          "--resume DIR picks the newest complete checkpoint (step 10, not the partial 12)");
+
+    // A state file without its model file is not complete either.
+    std::rename(llmc::checkpoint_model_path(dir, 10).c_str(), (dir + "/moved.bin").c_str());
+    steps = llmc::list_checkpoints(dir);
+    check(steps.size() == 9 && steps.back() == 9, "a state file without its model is skipped");
+    std::rename((dir + "/moved.bin").c_str(), llmc::checkpoint_model_path(dir, 10).c_str());
+
+    const int removed = llmc::prune_checkpoints(dir, 3, 4);
+    steps = llmc::list_checkpoints(dir);
+    const bool kept = steps == std::vector<long long>{4, 8, 9, 10};
+    check(removed == 6 && kept, "prune (keep last 3, every 4) keeps 4 8 9 10, removed %d", removed);
+    check(!exists(dir + "/model_00000001.bin") && !exists(dir + "/state_00000001.bin") &&
+              !exists(dir + "/model_00000005.bin"),
+          "pruned checkpoints lose both files");
+    check(!exists(dir + "/.state_00000011.bin.tmp") && !exists(dir + "/.model_00000011.bin.tmp"),
+          "prune removes leftover temporary files");
+    check(exists(dir + "/model_00000012.bin"),
+          "prune keeps a model file newer than the newest checkpoint (its state may follow)");
+    check(exists(dir + "/state_abc.bin") && exists(dir + "/model_00000003.bin.bak"),
+          "prune leaves files that are not checkpoints alone");
+
+    // Rewriting an existing step (a run resumed from before it) replaces both files.
+    llmc::CheckpointMeta meta = sample_meta(9, 4);
+    const Arrays a = random_arrays((size_t)meta.num_params, 4, rng);
+    llmc::write_checkpoint(dir, &meta, a.weights.data(), a.opt);
+    llmc::CheckpointMeta back;
+    llmc::OptimizerState opt;
+    llmc::read_checkpoint_state(llmc::checkpoint_state_path(dir, 9), &back, &opt);
+    std::vector<float> w;
+    llmc::read_checkpoint_model(llmc::checkpoint_model_path(dir, 9), back, &w);
+    check(same_bits(w.data(), a.weights.data(), w.size() * 4) &&
+              same_bits(opt.m.data(), a.opt.m.data(), opt.m.size() * 4),
+          "rewriting step 9 replaces its model and state files");
+
+    const std::string empty = dir + "/empty";
+    mkdir(empty.c_str(), 0755);
+    check(llmc::resolve_resume_path(empty).empty() && llmc::list_checkpoints(empty).empty(),
+          "a directory without checkpoints resolves to none");
+    check(llmc::resolve_resume_path(llmc::checkpoint_state_path(dir, 8)) ==
+              llmc::checkpoint_state_path(dir, 8),
+          "--resume FILE names that state file");
+    rmdir(empty.c_str());
+}
+
+void test_resume_checks() {
+    const llmc::CheckpointMeta saved = sample_meta(50, 4);
+    check(llmc::resume_mismatch(saved, saved).empty() && llmc::resume_changes(saved, saved).empty(),
+          "an identical run may resume with no notes");
+    struct Case {
+        const char* what;
+        std::function<void(llmc::CheckpointMeta*)> change;
+        const char* phrase;
+    };
+    const Case cases[] = {
+        {"precision", [](llmc::CheckpointMeta* m) { m->precision = "bf16"; }, "bf16 build"},
+        {"model shape", [](llmc::CheckpointMeta* m) { m->cfg.num_layers = 3; }, "L=3"},
+        {"B", [](llmc::CheckpointMeta* m) { m->B = 4; }, "-b 3 -t 7"},
+        {"T", [](llmc::CheckpointMeta* m) { m->T = 8; }, "-b 3 -t 8"},
+        {"train glob", [](llmc::CheckpointMeta* m) { m->train_pattern = "x"; }, "train glob"},
+        {"data", [](llmc::CheckpointMeta* m) { m->train_tokens++; }, "training data changed"},
+        {"seed", [](llmc::CheckpointMeta* m) { m->seed = 1; }, "same seed"},
+        {"shuffle", [](llmc::CheckpointMeta* m) { m->shuffle = 0; }, "--shuffle 0"},
+    };
+    for (const Case& c : cases) {
+        llmc::CheckpointMeta now = saved;
+        c.change(&now);
+        const std::string why = llmc::resume_mismatch(saved, now);
+        check(why.find(c.phrase) != std::string::npos, "resume refused on another %s: \"%s\"",
+              c.what, why.c_str());
+    }
+    llmc::CheckpointMeta now = saved;
+    now.lr = 1e-3;
+    now.steps = 2000;
+    now.total_batch = 84;
+    const std::vector<std::string> notes = llmc::resume_changes(saved, now);
+    check(llmc::resume_mismatch(saved, now).empty() && notes.size() == 3,
+          "lr, steps and total batch may change, with %zu notes", notes.size());
+}
+
+void test_refusals(const std::string& dir, std::mt19937* rng) {
+    llmc::CheckpointMeta meta = sample_meta(70, 2);
+    const Arrays a = random_arrays((size_t)meta.num_params, 2, rng);
+    llmc::write_checkpoint(dir, &meta, a.weights.data(), a.opt);
+    const std::string state = llmc::checkpoint_state_path(dir, 70);
+    const std::string model = llmc::checkpoint_model_path(dir, 70);
+    const std::vector<char> good = read_bytes(state);
+    const std::string bad = dir + "/state_00000071.bin";
+    auto read_state = [&bad]() {
+        llmc::CheckpointMeta m;
+        llmc::OptimizerState o;
+        llmc::read_checkpoint_state(bad, &m, &o);
+    };
+
+    expect_refusal("a missing state file", dir + "/state_00000099.bin", {"could not open"}, [&]() {
+        llmc::CheckpointMeta m;
+        llmc::read_checkpoint_meta(dir + "/state_00000099.bin", &m);
+    });
+    std::vector<char> bytes(good.begin(), good.begin() + 1000);
+    write_bytes(bad, bytes);
+    expect_refusal("a file shorter than the header", bad, {"too short", "truncated"}, read_state);
+    bytes = good;
+    bytes.pop_back();
+    write_bytes(bad, bytes);
+    expect_refusal("a state file missing its last byte", bad, {"truncated or corrupt"}, read_state);
+    bytes = good;
+    bytes.push_back(0);
+    write_bytes(bad, bytes);
+    expect_refusal("a state file one byte too long", bad, {"needs"}, read_state);
+    bytes = good;
+    bytes[0] ^= 1;
+    write_bytes(bad, bytes);
+    expect_refusal("a wrong magic", bad, {"not a checkpoint state file"}, read_state);
+    bytes = good;
+    set_slot(&bytes, llmc::kSlotVersion, 2);
+    write_bytes(bad, bytes);
+    expect_refusal("a wrong version", bad, {"version 2"}, read_state);
+    bytes = good;
+    set_slot(&bytes, llmc::kSlotNumParams, meta.num_params + 1);
+    write_bytes(bad, bytes);
+    expect_refusal("a parameter count that does not match the shape", bad, {"bad header"},
+                   read_state);
+    bytes = good;
+    set_slot(&bytes, llmc::kSlotChannels, 10);  // 3 heads do not divide 10 channels
+    write_bytes(bad, bytes);
+    expect_refusal("a bad model shape", bad, {"bad header", "num_heads"}, read_state);
+    bytes = good;
+    set_slot(&bytes, llmc::kSlotParamBytes, 4);  // the size no longer matches: no raw params
+    write_bytes(bad, bytes);
+    expect_refusal("a size mismatch (parameter bytes)", bad, {"truncated or corrupt"}, read_state);
+    bytes = good;
+    bytes[4096 + 5] ^= 0x10;  // inside m
+    write_bytes(bad, bytes);
+    expect_refusal("a flipped bit in m", bad, {"AdamW m", "checksum"}, read_state);
+    bytes = good;
+    bytes[bytes.size() - 3] ^= 0x01;  // inside the raw parameters
+    write_bytes(bad, bytes);
+    expect_refusal("a flipped bit in the raw parameters", bad, {"device parameters", "checksum"},
+                   read_state);
+
+    // A model file from another checkpoint (same shape, other weights), or a corrupt one.
+    llmc::CheckpointMeta other = sample_meta(72, 2);
+    const Arrays b = random_arrays((size_t)other.num_params, 2, rng);
+    llmc::write_checkpoint(dir, &other, b.weights.data(), b.opt);
+    expect_refusal("a model file of another checkpoint", llmc::checkpoint_model_path(dir, 72),
+                   {"fails the checksum"}, [&]() {
+                       std::vector<float> w;
+                       llmc::read_checkpoint_model(llmc::checkpoint_model_path(dir, 72), meta, &w);
+                   });
+    llmc::CheckpointMeta wide = meta;
+    wide.cfg.num_layers = 1;
+    expect_refusal("a model file of another shape", model, {"does not have the shape"}, [&]() {
+        std::vector<float> w;
+        llmc::read_checkpoint_model(model, wide, &w);
+    });
+    expect_refusal("--resume of a missing path", dir + "/nowhere", {"no such file"},
+                   [&]() { llmc::resolve_resume_path(dir + "/nowhere"); });
+    expect_refusal("a state file not named state_SSSSSSSS.bin", dir + "/x.bin", {"not named"},
+                   [&]() { llmc::model_path_for_state(dir + "/x.bin"); });
+    expect_refusal("a write into a missing directory", dir + "/missing", {"could not"}, [&]() {
+        llmc::CheckpointMeta m = sample_meta(1, 4);
+        const Arrays c = random_arrays((size_t)m.num_params, 4, rng);
+        llmc::write_checkpoint(dir + "/missing", &m, c.weights.data(), c.opt);
+    });
+    std::remove(bad.c_str());
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+    const std::vector<char> bytes = read_bytes(path);
+    std::vector<std::string> lines;
+    std::string cur;
+    for (char c : bytes) {
+        if (c == '\n') {
+            lines.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    return lines;
+}
+
+void test_run_log(const std::string& dir) {
+    const std::string path = dir + "/log.jsonl";
+    const float losses[5] = {10.9876543f, 3.14159274f, NAN, 1.0f / 3.0f, 2.5e-8f};
+    {
+        llmc::RunLog log;
+        log.open(path, -1);
+        for (int s = 1; s <= 5; s++) {
+            llmc::StepRecord r;
+            r.step = s;
+            r.loss = losses[s - 1];
+            r.norm = s == 3 ? INFINITY : 0.5f * s;
+            r.skipped = s == 3;
+            r.has_val = s == 4;
+            r.val_loss = 2.0f;
+            r.lr = 6e-4f;
+            r.ms = 12.5;
+            r.tok_s = 1000;
+            r.mfu = 0.25;
+            log.write(r);
+        }
+    }
+    std::vector<std::string> lines = read_lines(path);
+    bool exact = lines.size() == 5;
+    for (int s : {1, 2, 4, 5}) {
+        if (!exact) break;
+        const size_t at = lines[s - 1].find("\"loss\": ");
+        const float back = std::strtof(lines[s - 1].c_str() + at + 8, nullptr);
+        exact = at != std::string::npos && std::memcmp(&back, &losses[s - 1], 4) == 0;
+    }
+    check(exact, "log.jsonl losses read back bit for bit from their 9 digits");
+    check(lines.size() == 5 && lines[2].find("\"loss\": null") != std::string::npos &&
+              lines[2].find("\"norm\": null") != std::string::npos &&
+              lines[2].find("\"skipped\": true") != std::string::npos,
+          "a non-finite step is logged as null and skipped: %s",
+          lines.size() == 5 ? lines[2].c_str() : "");
+    check(lines.size() == 5 && lines[3].find("\"val_loss\": 2,") != std::string::npos &&
+              lines[2].find("val_loss") == std::string::npos,
+          "val_loss appears only on the steps that validate");
+    {
+        llmc::RunLog log;
+        log.open(path, 2);  // a resume from step 2: steps 3..5 are dropped, then redone
+        llmc::StepRecord r;
+        r.step = 3;
+        r.loss = 7.0f;
+        log.write(r);
+    }
+    lines = read_lines(path);
+    check(lines.size() == 3 && lines[0].rfind("{\"step\": 1,", 0) == 0 &&
+              lines[1].rfind("{\"step\": 2,", 0) == 0 &&
+              lines[2].rfind("{\"step\": 3, \"loss\": 7,", 0) == 0,
+          "resuming at step 2 keeps steps 1-2 and appends the redone step 3");
+    check(llmc::json_string("a\"b\\c\n") == "\"a\\\"b\\\\c\\u000a\"",
+          "json_string escapes quotes, backslashes and control characters");
+    std::remove(path.c_str());
+}
+
+void remove_dir(const std::string& dir) {
+    const std::string cmd = "rm -rf '" + dir + "'";
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+}
+
+}  // namespace
+
+int main() {
+    char dir_template[] = "/tmp/test_checkpoint.XXXXXX";
+    const char* tmp = mkdtemp(dir_template);
+    if (tmp == nullptr) {
+        std::fprintf(stderr, "test_checkpoint: cannot create a scratch directory in /tmp\n");
+        return 2;
+    }
+    const std::string dir = tmp;
+    for (const char* sub : {"/fp32", "/bf16", "/many", "/bad"}) mkdir((dir + sub).c_str(), 0755);
+    std::mt19937 rng(20261123);
+    test_checksum(&rng);
+    test_round_trip(dir + "/fp32", 4, &rng);
+    test_round_trip(dir + "/bf16", 2, &rng);
+    test_listing_and_prune(dir + "/many", &rng);
+    test_resume_checks();
+    test_refusals(dir + "/bad", &rng);
+    test_run_log(dir);
+    remove_dir(dir);
+    std::printf("test_checkpoint: %d passed, %d failed\n", g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,102 @@
+// run_log.cpp: DIR/log.jsonl (see run_log.h).
+#include "run_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "check.h"
+
+namespace llmc {
+namespace {
+
+// The value of "step" in one of our log lines, or -1 for a line that is not one.
+long long line_step(const std::string& line) {
+    const char* key = "{\"step\": ";
+    if (line.compare(0, std::strlen(key), key) != 0) return -1;
+    char* end = nullptr;
+    const long long v = std::strtoll(line.c_str() + std::strlen(key), &end, 10);
+    return (end != nullptr && *end == ',') ? v : -1;
+}
+
+void put_float(std::FILE* f, const char* key, double v, const char* fmt) {
+    std::fprintf(f, ", \"%s\": ", key);
+    if (std::isfinite(v))
+        std::fprintf(f, fmt, v);
+    else
+        std::fputs("null", f);
+}
+
+}  // namespace
+
+std::string json_string(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += (char)c;
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+        } else {
+            out += (char)c;
+        }
+    }
+    return out + "\"";
+}
+
+RunLog::~RunLog() {
+    if (file_ != nullptr) std::fclose(file_);
+}
+
+void RunLog::open(const std::string& path, long long resume_step) {
+    path_ = path;
+    if (resume_step >= 0) {
+        // Keep the lines up to the checkpoint: rewrite them to a temporary file and rename it,
+        // so a crash here leaves the old log whole.
+        std::vector<std::string> kept;
+        if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+            std::string line;
+            int c;
+            while ((c = std::fgetc(in)) != EOF) {
+                if (c != '\n') {
+                    line += (char)c;
+                    continue;
+                }
+                const long long s = line_step(line);
+                if (s >= 0 && s <= resume_step) kept.push_back(line);
+                line.clear();
+            }
+            std::fclose(in);
+        }
+        const std::string tmp = path + ".tmp";
+        std::FILE* out = std::fopen(tmp.c_str(), "w");
+        LLMC_CHECK(out != nullptr, "cannot write the log file '%s' (%s).", tmp.c_str(),
+                   std::strerror(errno));
+        for (const std::string& l : kept) std::fprintf(out, "%s\n", l.c_str());
+        LLMC_CHECK(std::fclose(out) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0,
+                   "cannot write the log file '%s' (%s).", path.c_str(), std::strerror(errno));
+    }
+    file_ = std::fopen(path.c_str(), resume_step >= 0 ? "a" : "w");
+    LLMC_CHECK(file_ != nullptr, "cannot open the log file '%s' (%s).", path.c_str(),
+               std::strerror(errno));
+}
+
+void RunLog::write(const StepRecord& r) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_, "{\"step\": %lld", r.step);
+    put_float(file_, "loss", r.loss, "%.9g");
+    if (r.has_val) put_float(file_, "val_loss", r.val_loss, "%.9g");
+    put_float(file_, "lr", r.lr, "%.9g");
+    put_float(file_, "norm", r.norm, "%.9g");
+    put_float(file_, "ms", r.ms, "%.4f");
+    put_float(file_, "tok_s", r.tok_s, "%.1f");
+    put_float(file_, "mfu", r.mfu, "%.5f");
+    std::fprintf(file_, ", \"skipped\": %s}\n", r.skipped ? "true" : "false");
+    std::fflush(file_);
+}
+
+}  // namespace llmc

@@ -1,0 +1,48 @@
+// run_log.h: the machine-readable training log, DIR/log.jsonl (host code).
+//
+// One JSON object per line and per optimizer step, written and flushed when the step ends:
+//   {"step": 51, "loss": 3.14159274, "val_loss": 3.2, "lr": 0.0003, "norm": 1.5, "ms": 32.1,
+//    "tok_s": 127000, "mfu": 0.221, "skipped": false}
+// loss and val_loss are printed with 9 significant digits, enough to tell every fp32 value
+// apart, so two runs can be compared bit for bit from their logs; val_loss only on the steps
+// that validate; a non-finite value is written as null (JSON has no NaN). skipped: the step's
+// loss or gradient norm was not finite, so the optimizer left the weights alone.
+// scripts/plot.py draws these files.
+#pragma once
+#include <cstdio>
+#include <string>
+
+namespace llmc {
+
+struct StepRecord {
+    long long step = 0;
+    float loss = 0, lr = 0, norm = 0;
+    bool has_val = false;
+    float val_loss = 0;
+    double ms = 0, tok_s = 0, mfu = 0;
+    bool skipped = false;
+};
+
+class RunLog {
+  public:
+    RunLog() = default;
+    RunLog(const RunLog&) = delete;
+    RunLog& operator=(const RunLog&) = delete;
+    ~RunLog();
+
+    // Opens path for a new run (an old file is replaced) when resume_step < 0; otherwise keeps
+    // the lines of steps <= resume_step (a crashed run may have logged steps past its last
+    // checkpoint, which the resumed run will redo) and appends after them.
+    void open(const std::string& path, long long resume_step);
+    void write(const StepRecord& r);  // one line, flushed
+    bool is_open() const { return file_ != nullptr; }
+
+  private:
+    std::FILE* file_ = nullptr;
+    std::string path_;
+};
+
+// s as a JSON string literal (quotes included, control characters and " \ escaped).
+std::string json_string(const std::string& s);
+
+}  // namespace llmc

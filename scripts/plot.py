@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""plot.py: draw one or more training logs (DIR/log.jsonl of train_gpt2cu) into one PNG.
+
+    python3 scripts/plot.py out/run_a/log.jsonl out/run_b/log.jsonl -o compare.png
+    python3 scripts/plot.py out/run_a out/run_b            # a directory means DIR/log.jsonl
+
+Four panels against the optimizer step: train loss (with its moving average when the log is
+long), validation loss (the steps that validated), throughput in tokens/s, and the learning rate.
+Each run is one colour in every panel, labelled by its directory (or --labels). Skipped
+(non-finite) steps are marked with an x on the train-loss panel. Needs matplotlib only
+(Debian: python3-matplotlib).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def load(path):
+    if os.path.isdir(path):
+        path = os.path.join(path, "log.jsonl")
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"error: {path} line {n} is not JSON ({e.msg})")
+    if not rows:
+        sys.exit(f"error: {path} holds no steps")
+    # A resumed run may have re-logged steps: the last record of a step wins.
+    by_step = {r["step"]: r for r in rows}
+    return path, [by_step[s] for s in sorted(by_step)]
+
+
+def series(rows, key):
+    pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def moving_average(xs, ys, window):
+    out_x, out_y, acc = [], [], []
+    for x, y in zip(xs, ys):
+        if not math.isfinite(y):
+            continue
+        acc.append(y)
+        if len(acc) > window:
+            acc.pop(0)
+        if len(acc) == window:
+            out_x.append(x)
+            out_y.append(sum(acc) / window)
+    return out_x, out_y
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("logs", nargs="+", help="log.jsonl files, or run directories holding one")
+    p.add_argument("-o", "--output", default="training.png", help="PNG to write (training.png)")
+    p.add_argument("--labels", help="comma-separated names for the runs (default: directories)")
+    p.add_argument("--title", default="", help="figure title")
+    args = p.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("error: plot.py needs matplotlib (Debian: apt-get install python3-matplotlib)")
+    runs = [load(path) for path in args.logs]
+    labels = args.labels.split(",") if args.labels else [
+        os.path.basename(os.path.dirname(os.path.abspath(path))) or path for path, _ in runs]
+    if len(labels) != len(runs):
+        sys.exit(f"error: {len(labels)} labels for {len(runs)} logs")
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8), sharex=True)
+    (ax_loss, ax_val), (ax_tok, ax_lr) = axes
+    for i, ((path, rows), label) in enumerate(zip(runs, labels)):
+        colour = f"C{i % 10}"
+        xs, ys = series(rows, "loss")
+        window = max(1, len(xs) // 50)
+        ax_loss.plot(xs, ys, color=colour, alpha=0.3 if window > 1 else 1.0, lw=0.8,
+                     label=None if window > 1 else label)
+        if window > 1:
+            mx, my = moving_average(xs, ys, window)
+            ax_loss.plot(mx, my, color=colour, lw=1.6, label=f"{label} (mean of {window})")
+        bad = [r["step"] for r in rows if r.get("skipped")]
+        if bad:
+            lo = min((y for y in ys if math.isfinite(y)), default=0)
+            ax_loss.plot(bad, [lo] * len(bad), "x", color=colour, label=f"{label}: skipped")
+        vx, vy = series(rows, "val_loss")
+        if vx:
+            ax_val.plot(vx, vy, "o-", color=colour, ms=3, label=label)
+        tx, ty = series(rows, "tok_s")
+        ax_tok.plot(tx, ty, color=colour, lw=0.8, label=label)
+        lx, ly = series(rows, "lr")
+        ax_lr.plot(lx, ly, color=colour, lw=1.2, label=label)
+    ax_loss.set_title("train loss")
+    ax_val.set_title("validation loss")
+    ax_tok.set_title("throughput (tokens/s)")
+    ax_lr.set_title("learning rate")
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    if args.title:
+        fig.suptitle(args.title)
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=110)
+    print(f"wrote {args.output} ({len(runs)} run{'s' if len(runs) > 1 else ''}, "
+          f"{sum(len(r) for _, r in runs)} steps)")
+
+
+if __name__ == "__main__":
+    main()
