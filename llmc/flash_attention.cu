@@ -1,0 +1,631 @@
+// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync.
+//
+// Shapes: qkv (B, T, 3C), out (B, T, C), dqkv (B, T, 3C) bf16; lse, D (B, NH, T) float;
+// C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 rows of its tile.
+//   forward : per query tile, loop over key tiles (diagonal first):  S = scale Q K^T (masked
+//             s > t), online softmax in fp32 (running max m and sum l, exp2 with log2(e)
+//             folded into the scale), O = O * exp(m_old - m_new) + P V with P rounded to bf16;
+//             out = O / l, lse = m + log l.
+//   backward: D_t = dO_t . O_t (one small kernel, fp32).  P = exp(S - lse) is recomputed from
+//             q, k and lse;  dP = dO V^T;  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;
+//             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
+//             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
+//             computed twice, the price of a deterministic dQ without atomics.
+// GEMMs: mma.sync.m16n8k16 bf16 -> fp32, operands from shared memory through ldmatrix
+// (.trans where the operand's k dimension runs along rows). Global -> shared by cp.async,
+// double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an ldmatrix hit
+// distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the causal mask
+// hides keys >= T from every valid query row, and query rows >= T are neither stored nor,
+// in backward, given weight (their lse is +inf, so P = 0).
+// Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
+// Last measured: not yet measured on a GPU.
+#include <cmath>
+#include <cstdint>
+
+#include "check.h"
+#include "flash_attention.cuh"
+#include "nvtx.h"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr size_t kScratchAlign = 256;
+
+// ---- PTX wrappers -----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared; zero-filled (src not read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col), fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- Tile helpers -----------------------------------------------------------------------------
+// A tile is ROWS rows of HS bf16 in shared memory with row stride HS + 8 (the padding).
+
+template <int HS>
+__host__ __device__ constexpr int smem_stride() {
+    return HS + 8;
+}
+
+// Rows [r0, r0 + ROWS) of a (T, HS) slice with row stride ld -> tile; rows >= T zero-filled.
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int ld, int r0, int T) {
+    constexpr int kChunks = HS / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
+        const int r = i / kChunks, c = i % kChunks;
+        const bool valid = r0 + r < T;
+        const bf16* src = valid ? g + (long long)(r0 + r) * ld + c * 8 : g;
+        cp_async16(tile + r * smem_stride<HS>() + c * 8, src, valid);
+    }
+}
+
+// acc[n] (16 x 8 fragments, N = 8 * NT columns) += A (16 x HS, rows of tile `a` from row ra)
+// times B^T where B is N x HS (rows of tile `b` from row rb): the "Q K^T" pattern, both
+// operands non-transposed ldmatrix.
+template <int HS, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const bf16* a, int ra, const bf16* b,
+                                        int rb, int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t af[4];
+        ldmatrix_x4(af, a + (ra + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4(bfr, b + (rb + n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
+                                 ((lane >> 3) & 1) * 8);
+            mma_bf16(acc[2 * n2], af, bfr[0], bfr[1]);
+            mma_bf16(acc[2 * n2 + 1], af, bfr[2], bfr[3]);
+        }
+    }
+}
+
+// acc (16 x HS) += P (16 x K, fp32 fragments of an mma_abt result, rounded to bf16 here) times
+// V (K x HS, rows of tile `v` from row 0): the "P V" pattern, V through ldmatrix.trans.
+template <int HS, int KT>
+__device__ __forceinline__ void mma_pv(float (&acc)[HS / 8][4], const float (&p)[KT][4],
+                                       const bf16* v, int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int k2 = 0; k2 < KT / 2; k2++) {
+        const uint32_t af[4] = {pack_bf16(p[2 * k2][0], p[2 * k2][1]),
+                                pack_bf16(p[2 * k2][2], p[2 * k2][3]),
+                                pack_bf16(p[2 * k2 + 1][0], p[2 * k2 + 1][1]),
+                                pack_bf16(p[2 * k2 + 1][2], p[2 * k2 + 1][3])};
+#pragma unroll
+        for (int n2 = 0; n2 < HS / 16; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4_trans(bfr, v + (k2 * 16 + (lane & 15)) * S + n2 * 16 + (lane >> 4) * 8);
+            mma_bf16(acc[2 * n2], af, bfr[0], bfr[1]);
+            mma_bf16(acc[2 * n2 + 1], af, bfr[2], bfr[3]);
+        }
+    }
+}
+
+// Stores a warp's 16 x HS fp32 fragments as bf16 into a tensor with row stride ld: this
+// thread's rows r and r + 8 (times mul0 and mul1); rows >= T are skipped.
+template <int HS>
+__device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[HS / 8][4],
+                                           float mul0, float mul1, int r, int T, int lane) {
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+        const int col = n * 8 + 2 * (lane % 4);
+        if (r < T) {
+            *reinterpret_cast<uint32_t*>(g + (long long)r * ld + col) =
+                pack_bf16(acc[n][0] * mul0, acc[n][1] * mul0);
+        }
+        if (r + 8 < T) {
+            *reinterpret_cast<uint32_t*>(g + (long long)(r + 8) * ld + col) =
+                pack_bf16(acc[n][2] * mul1, acc[n][3] * mul1);
+        }
+    }
+}
+
+// ---- Forward ----------------------------------------------------------------------------------
+
+// Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*WARPS query rows and walks
+// key tiles of BC rows from the diagonal down to 0.
+template <int HS, int WARPS, int BC>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    flash_attention_forward_kernel(bf16* __restrict__ out,        // (B, T, C)
+                                   float* __restrict__ lse,       // (B, NH, T)
+                                   const bf16* __restrict__ qkv,  // (B, T, 3C)
+                                   int T, int NH, float scale_log2) {
+    constexpr int BR = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;  // score fragments per warp row block
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
+    bf16* k_s = q_s + BR * S;                       // [2][BC][S]
+    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* k_g = q_g + C;
+    const bf16* v_g = q_g + 2 * C;
+    const int q0 = qb * BR;
+    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
+
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
+    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
+    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
+    cp_async_commit();
+
+    float o[HS / 8][4] = {};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int row_lo = q0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+
+    for (int it = 0; it < n_kb; it++) {
+        const int kb = n_kb - 1 - it, stage = it & 1;
+        if (it + 1 < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        float s[NT][4] = {};
+        mma_abt<HS, NT>(s, q_s, warp * 16, k_s + stage * BC * S, 0, lane);
+
+        const int k0 = kb * BC;
+        const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                const int row = row_lo + (e >> 1) * 8;
+                if (diagonal && key > row) s[n][e] = -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            const float m_new = fmaxf(m[i], mx[i] * scale_log2);
+            // A row with every key masked so far keeps m = -inf: subtract 0 instead (its p are 0).
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = exp2f(m[i] - m_ref);
+            m[i] = m_new;
+            l[i] *= alpha;
+#pragma unroll
+            for (int n = 0; n < HS / 8; n++) {
+                o[n][2 * i] *= alpha;
+                o[n][2 * i + 1] *= alpha;
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                s[n][2 * i] = exp2f(s[n][2 * i] * scale_log2 - m_ref);
+                s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] * scale_log2 - m_ref);
+                l[i] += s[n][2 * i] + s[n][2 * i + 1];
+            }
+        }
+        mma_pv<HS, NT>(o, s, v_s + stage * BC * S, lane);
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        inv[i] = 1.0f / l[i];
+    }
+    store_rows<HS>(out + (long long)b * T * C + h * HS, C, o, inv[0], inv[1], row_lo, T, lane);
+    if (lane % 4 == 0) {
+        float* lse_bh = lse + (long long)blockIdx.y * T;
+        if (row_lo < T) lse_bh[row_lo] = (m[0] + log2f(l[0])) * kLn2;
+        if (row_lo + 8 < T) lse_bh[row_lo + 8] = (m[1] + log2f(l[1])) * kLn2;
+    }
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+// D[(b*NH + h)*T + t] = dout . out over the head's HS channels; one thread per (b, t, h).
+template <int HS>
+__global__ void attention_row_dot_kernel(float* __restrict__ D,          // (B, NH, T)
+                                         const bf16* __restrict__ dout,  // (B, T, C)
+                                         const bf16* __restrict__ out,   // (B, T, C)
+                                         int B, int T, int NH) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)B * T * NH) return;
+    const int h = (int)(idx % NH);
+    const long long bt = idx / NH;
+    const int t = (int)(bt % T), b = (int)(bt / T);
+    const uint4* a = reinterpret_cast<const uint4*>(dout + idx * HS);
+    const uint4* c = reinterpret_cast<const uint4*>(out + idx * HS);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++) {
+        const uint4 x = a[i], y = c[i];
+        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+        const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 xf = __bfloat1622float2(x2[j]), yf = __bfloat1622float2(y2[j]);
+            sum += xf.x * yf.x + xf.y * yf.y;
+        }
+    }
+    D[((long long)b * NH + h) * T + t] = sum;
+}
+
+// Per-row values of a query tile into shared memory: lse (times log2 e) and D; rows >= T get
+// lse = +inf (so P = 0) and D = 0.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_row_stats(float* lse_s, float* d_s, const float* lse,
+                                               const float* D, int r0, int T) {
+    for (int i = threadIdx.x; i < ROWS; i += THREADS) {
+        const bool valid = r0 + i < T;
+        lse_s[i] = valid ? lse[r0 + i] * kLog2e : INFINITY;
+        d_s[i] = valid ? D[r0 + i] : 0.0f;
+    }
+}
+
+// dK, dV for one key tile of BC = 16*WARPS rows; loops over query tiles of BR rows from the
+// diagonal to T. A warp owns 16 keys: S^T = K Q^T and dP^T = V dO^T put keys on the fragment
+// rows, so P^T and dS^T are directly the A operands of dV += P^T dO and dK += dS^T Q.
+template <int HS, int WARPS, int BR>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    flash_attention_backward_dkdv_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
+                                         const bf16* __restrict__ qkv,   // (B, T, 3C)
+                                         const bf16* __restrict__ dout,  // (B, T, C)
+                                         const float* __restrict__ lse,  // (B, NH, T)
+                                         const float* __restrict__ D,    // (B, NH, T)
+                                         int T, int NH, float scale, float scale_log2) {
+    constexpr int BC = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BR / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);               // [BC][S]
+    bf16* v_s = k_s + BC * S;                                    // [BC][S]
+    bf16* q_s = v_s + BC * S;                                    // [2][BR][S]
+    bf16* do_s = q_s + 2 * BR * S;                               // [2][BR][S]
+    float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * S);  // [2][BR]
+    float* d_s = lse_s + 2 * BR;                                 // [2][BR]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int kb = blockIdx.x;  // low key tiles have the most query tiles: they start first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* do_g = dout + (long long)b * T * C + h * HS;
+    const float* lse_g = lse + (long long)blockIdx.y * T;
+    const float* d_g = D + (long long)blockIdx.y * T;
+    const int k0 = kb * BC;
+    const int qb_first = k0 / BR, n_qb = (T + BR - 1) / BR;
+
+    load_tile<HS, BC, THREADS>(k_s, q_g + C, C3, k0, T);
+    load_tile<HS, BC, THREADS>(v_s, q_g + 2 * C, C3, k0, T);
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, qb_first * BR, T);
+    load_tile<HS, BR, THREADS>(do_s, do_g, C, qb_first * BR, T);
+    load_row_stats<BR, THREADS>(lse_s, d_s, lse_g, d_g, qb_first * BR, T);
+    cp_async_commit();
+
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    const int key_lo = k0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
+
+    for (int qb = qb_first; qb < n_qb; qb++) {
+        const int stage = (qb - qb_first) & 1, nxt = stage ^ 1;
+        if (qb + 1 < n_qb) {
+            load_tile<HS, BR, THREADS>(q_s + nxt * BR * S, q_g, C3, (qb + 1) * BR, T);
+            load_tile<HS, BR, THREADS>(do_s + nxt * BR * S, do_g, C, (qb + 1) * BR, T);
+            load_row_stats<BR, THREADS>(lse_s + nxt * BR, d_s + nxt * BR, lse_g, d_g, (qb + 1) * BR,
+                                        T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16* qt = q_s + stage * BR * S;
+        const bf16* dot = do_s + stage * BR * S;
+        const float* lse_t = lse_s + stage * BR;
+        const float* d_t = d_s + stage * BR;
+
+        float p[NT][4] = {}, dp[NT][4] = {};
+        mma_abt<HS, NT>(p, k_s, warp * 16, qt, 0, lane);
+        mma_abt<HS, NT>(dp, v_s, warp * 16, dot, 0, lane);
+        const int q0 = qb * BR;
+        const bool diagonal = q0 < k0 + warp * 16 + 15;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = n * 8 + 2 * (lane % 4) + (e & 1);
+                const int key = key_lo + (e >> 1) * 8;
+                const float pe =
+                    (diagonal && key > q0 + qi) ? 0.0f : exp2f(p[n][e] * scale_log2 - lse_t[qi]);
+                p[n][e] = pe;
+                dp[n][e] = pe * (dp[n][e] - d_t[qi]);
+            }
+        }
+        mma_pv<HS, NT>(dv, p, dot, lane);
+        mma_pv<HS, NT>(dk, dp, qt, lane);
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+
+    bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
+    store_rows<HS>(dk_g, C3, dk, scale, scale, key_lo, T, lane);
+    store_rows<HS>(dk_g + C, C3, dv, 1.0f, 1.0f, key_lo, T, lane);
+}
+
+// dQ for one query tile of BR = 16*WARPS rows; loops over key tiles of BC rows from the
+// diagonal down to 0.
+template <int HS, int WARPS, int BC>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    flash_attention_backward_dq_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
+                                       const bf16* __restrict__ qkv,   // (B, T, 3C)
+                                       const bf16* __restrict__ dout,  // (B, T, C)
+                                       const float* __restrict__ lse,  // (B, NH, T)
+                                       const float* __restrict__ D,    // (B, NH, T)
+                                       int T, int NH, float scale, float scale_log2) {
+    constexpr int BR = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
+    bf16* do_s = q_s + BR * S;                      // [BR][S]
+    bf16* k_s = do_s + BR * S;                      // [2][BC][S]
+    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* k_g = q_g + C;
+    const bf16* v_g = q_g + 2 * C;
+    const bf16* do_g = dout + (long long)b * T * C + h * HS;
+    const int q0 = qb * BR;
+    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
+
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
+    load_tile<HS, BR, THREADS>(do_s, do_g, C, q0, T);
+    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
+    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
+    cp_async_commit();
+
+    const int row_lo = q0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+    float row_lse[2], row_d[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = row_lo + 8 * i;
+        const long long at = (long long)blockIdx.y * T + r;
+        row_lse[i] = r < T ? lse[at] * kLog2e : INFINITY;
+        row_d[i] = r < T ? D[at] : 0.0f;
+    }
+    float dq[HS / 8][4] = {};
+
+    for (int it = 0; it < n_kb; it++) {
+        const int kb = n_kb - 1 - it, stage = it & 1;
+        if (it + 1 < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16* kt = k_s + stage * BC * S;
+        const bf16* vt = v_s + stage * BC * S;
+
+        float p[NT][4] = {}, dp[NT][4] = {};
+        mma_abt<HS, NT>(p, q_s, warp * 16, kt, 0, lane);
+        mma_abt<HS, NT>(dp, do_s, warp * 16, vt, 0, lane);
+        const int k0 = kb * BC;
+        const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                const int i = e >> 1;
+                const float pe = (diagonal && key > row_lo + 8 * i)
+                                     ? 0.0f
+                                     : exp2f(p[n][e] * scale_log2 - row_lse[i]);
+                dp[n][e] = pe * (dp[n][e] - row_d[i]);
+            }
+        }
+        mma_pv<HS, NT>(dq, dp, kt, lane);
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+    store_rows<HS>(dqkv + (long long)b * T * C3 + h * HS, C3, dq, scale, scale, row_lo, T, lane);
+}
+
+// ---- Launch -----------------------------------------------------------------------------------
+
+// Tile shapes per head size: 4 warps (64 rows) per block; the inner tiles shrink for HS > 64
+// so that two HS-wide accumulators plus the score fragments stay in registers.
+template <int HS>
+struct FlashConfig {
+    static constexpr int kWarps = 4;
+    static constexpr int kInner = HS <= 64 ? 64 : 32;  // BC of forward / dq, BR of dkdv
+    static constexpr int kForwardBC = 64;
+};
+
+// Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
+// initializer), so launches inside CUDA graph capture make no attribute calls.
+template <typename Kernel>
+bool set_smem(Kernel kernel, size_t bytes) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return true;
+}
+
+template <int HS>
+void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
+    typedef FlashConfig<HS> Cfg;
+    constexpr int BR = 16 * Cfg::kWarps, BC = Cfg::kForwardBC;
+    constexpr size_t smem = (size_t)(BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel = flash_attention_forward_kernel<HS, Cfg::kWarps, BC>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
+    const float scale_log2 = kLog2e / sqrtf((float)HS);
+    const dim3 grid((T + BR - 1) / BR, B * NH);
+    kernel<<<grid, Cfg::kWarps * 32, smem, ctx.stream>>>(out, lse, qkv, T, NH, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+template <int HS>
+void backward_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
+                 const bf16* out, const float* lse, int B, int T, int NH) {
+    typedef FlashConfig<HS> Cfg;
+    constexpr int W = Cfg::kWarps, TILE = 16 * W, INNER = Cfg::kInner;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
+
+    const long long rows = (long long)B * T * NH;
+    attention_row_dot_kernel<HS>
+        <<<(unsigned)((rows + 255) / 256), 256, 0, ctx.stream>>>(D, dout, out, B, T, NH);
+    CUDA_CHECK_LAST();
+
+    constexpr size_t smem_dkdv = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16) +
+                                 4 * INNER * sizeof(float);
+    auto dkdv = flash_attention_backward_dkdv_kernel<HS, W, INNER>;
+    static const bool dkdv_smem_set = set_smem(dkdv, smem_dkdv);
+    (void)dkdv_smem_set;
+    dkdv<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dkdv, ctx.stream>>>(
+        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
+    CUDA_CHECK_LAST();
+
+    constexpr size_t smem_dq = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16);
+    auto dq = flash_attention_backward_dq_kernel<HS, W, INNER>;
+    static const bool dq_smem_set = set_smem(dq, smem_dq);
+    (void)dq_smem_set;
+    dq<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dq, ctx.stream>>>(
+        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+void check_args(const char* op, int B, int T, int NH, int HS, const void* const* ptrs, int n) {
+    LLMC_CHECK(B > 0 && T > 0 && NH > 0, "%s: B, T and NH must be positive (got %d, %d, %d).", op,
+               B, T, NH);
+    LLMC_CHECK(HS > 0 && HS % 16 == 0 && HS <= 128,
+               "%s: the head size C/NH = %d is not supported; flash attention needs a multiple "
+               "of 16 no larger than 128.",
+               op, HS);
+    LLMC_CHECK((long long)B * NH * T < (1LL << 31) && (long long)T * 3 * NH * HS < (1LL << 31),
+               "%s: B*NH*T and T*3C must fit in an int (B=%d T=%d NH=%d HS=%d).", op, B, T, NH, HS);
+    for (int i = 0; i < n; i++) {
+        LLMC_CHECK(ptrs[i] != nullptr && reinterpret_cast<uintptr_t>(ptrs[i]) % 16 == 0,
+                   "%s: every buffer must be a non-null 16-byte aligned pointer (argument %d).", op,
+                   i);
+    }
+}
+
+}  // namespace
+
+size_t flash_attention_scratch_bytes(int B, int T, int NH) {
+    const size_t bytes = (size_t)B * NH * T * sizeof(float);
+    return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,
+                             int T, int NH, int HS) {
+    NvtxRange range("flash_attention_forward");
+    const void* ptrs[] = {out, lse, qkv};
+    check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
+    switch (HS) {
+        case 16:
+            forward_hs<16>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 32:
+            forward_hs<32>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 48:
+            forward_hs<48>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 64:
+            forward_hs<64>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 80:
+            forward_hs<80>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 96:
+            forward_hs<96>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 112:
+            forward_hs<112>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 128:
+            forward_hs<128>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        default:
+            LLMC_FAIL("flash_attention_forward: unreachable head size %d.", HS);
+    }
+}
+
+void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
+                              const bf16* qkv, const bf16* out, const float* lse, int B, int T,
+                              int NH, int HS) {
+    NvtxRange range("flash_attention_backward");
+    const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
+    check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
+    float* D = static_cast<float*>(scratch);
+    switch (HS) {
+        case 16:
+            backward_hs<16>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 32:
+            backward_hs<32>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 48:
+            backward_hs<48>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 64:
+            backward_hs<64>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 80:
+            backward_hs<80>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 96:
+            backward_hs<96>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 112:
+            backward_hs<112>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 128:
+            backward_hs<128>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        default:
+            LLMC_FAIL("flash_attention_backward: unreachable head size %d.", HS);
+    }
+}
