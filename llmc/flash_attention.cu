@@ -1,7 +1,7 @@
 // flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync.
 //
 // Shapes: qkv (B, T, 3C), out (B, T, C), dqkv (B, T, 3C) bf16; lse, D (B, NH, T) float;
-// C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 rows of its tile.
+// C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 (or 16*MT) rows.
 //   forward : per query tile, loop over key tiles (diagonal first):  S = scale Q K^T (masked
 //             s > t), online softmax in fp32 (running max m and sum l, exp2 with log2(e)
 //             folded into the scale), O = O * exp(m_old - m_new) + P V with P rounded to bf16;
@@ -11,12 +11,15 @@
 //             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
 //             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
 //             computed twice, the price of a deterministic dQ without atomics.
-// GEMMs: mma.sync.m16n8k16 bf16 -> fp32, operands from shared memory through ldmatrix
-// (.trans where the operand's k dimension runs along rows). Global -> shared by cp.async,
-// double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an ldmatrix hit
-// distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the causal mask
-// hides keys >= T from every valid query row, and query rows >= T are neither stored nor,
-// in backward, given weight (their lse is +inf, so P = 0).
+// GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward,
+// K and V or Q and dO in backward) stays in registers, B operands come from shared memory
+// through ldmatrix (.trans where the operand's k dimension runs along rows). Global -> shared
+// by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
+// ldmatrix hit distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the
+// causal mask hides keys >= T from every valid query row, and query rows >= T are neither
+// stored nor, in backward, given weight (their lse is +inf, so P = 0).
+// (Tried and dropped, H100, 2026-11-23: single K and V buffers with V loading during Q K^T,
+// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower.)
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
 // Last measured: not yet measured on a GPU.
 #include <cmath>
@@ -97,46 +100,72 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int ld, int
     }
 }
 
-// acc[n] (16 x 8 fragments, N = 8 * NT columns) += A (16 x HS, rows of tile `a` from row ra)
-// times B^T where B is N x HS (rows of tile `b` from row rb): the "Q K^T" pattern, both
-// operands non-transposed ldmatrix.
-template <int HS, int NT>
-__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const bf16* a, int ra, const bf16* b,
-                                        int rb, int lane) {
+// A operands of a warp: MT m-tiles of 16 rows x HS, rows ra + 16*mt + (0..15) of a tile, as
+// mma fragments (HS/16 k-steps of 4 registers each).
+template <int HS, int MT>
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[MT][HS / 16][4], const bf16* a, int ra,
+                                             int lane) {
     constexpr int S = smem_stride<HS>();
 #pragma unroll
-    for (int kk = 0; kk < HS / 16; kk++) {
-        uint32_t af[4];
-        ldmatrix_x4(af, a + (ra + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t bfr[4];
-            ldmatrix_x4(bfr, b + (rb + n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
-                                 ((lane >> 3) & 1) * 8);
-            mma_bf16(acc[2 * n2], af, bfr[0], bfr[1]);
-            mma_bf16(acc[2 * n2 + 1], af, bfr[2], bfr[3]);
+        for (int kk = 0; kk < HS / 16; kk++) {
+            ldmatrix_x4(af[mt][kk],
+                        a + (ra + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
         }
     }
 }
 
-// acc (16 x HS) += P (16 x K, fp32 fragments of an mma_abt result, rounded to bf16 here) times
-// V (K x HS, rows of tile `v` from row 0): the "P V" pattern, V through ldmatrix.trans.
-template <int HS, int KT>
-__device__ __forceinline__ void mma_pv(float (&acc)[HS / 8][4], const float (&p)[KT][4],
+// acc[mt][n] (16 x 8 fragments, N = 8 * NT columns) += A (MT x 16 rows x HS, fragments af)
+// times B^T, B the first N rows (x HS) of tile `b`: the "Q K^T" pattern. Each B fragment,
+// loaded once by non-transposed ldmatrix, feeds all MT m-tiles.
+template <int HS, int MT, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4],
+                                        const uint32_t (&af)[MT][HS / 16][4], const bf16* b,
+                                        int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4(bfr, b + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
+                                 ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt][kk], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt][kk], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
+// acc[mt] (16 x HS) += P[mt] (16 x K, fp32 fragments of an mma_abt result, rounded to bf16
+// here) times V (the first K rows x HS of tile `v`): the "P V" pattern, V through
+// ldmatrix.trans, each V fragment feeding all MT m-tiles.
+template <int HS, int MT, int KT>
+__device__ __forceinline__ void mma_pv(float (&acc)[MT][HS / 8][4], const float (&p)[MT][KT][4],
                                        const bf16* v, int lane) {
     constexpr int S = smem_stride<HS>();
 #pragma unroll
     for (int k2 = 0; k2 < KT / 2; k2++) {
-        const uint32_t af[4] = {pack_bf16(p[2 * k2][0], p[2 * k2][1]),
-                                pack_bf16(p[2 * k2][2], p[2 * k2][3]),
-                                pack_bf16(p[2 * k2 + 1][0], p[2 * k2 + 1][1]),
-                                pack_bf16(p[2 * k2 + 1][2], p[2 * k2 + 1][3])};
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            af[mt][0] = pack_bf16(p[mt][2 * k2][0], p[mt][2 * k2][1]);
+            af[mt][1] = pack_bf16(p[mt][2 * k2][2], p[mt][2 * k2][3]);
+            af[mt][2] = pack_bf16(p[mt][2 * k2 + 1][0], p[mt][2 * k2 + 1][1]);
+            af[mt][3] = pack_bf16(p[mt][2 * k2 + 1][2], p[mt][2 * k2 + 1][3]);
+        }
 #pragma unroll
         for (int n2 = 0; n2 < HS / 16; n2++) {
             uint32_t bfr[4];
             ldmatrix_x4_trans(bfr, v + (k2 * 16 + (lane & 15)) * S + n2 * 16 + (lane >> 4) * 8);
-            mma_bf16(acc[2 * n2], af, bfr[0], bfr[1]);
-            mma_bf16(acc[2 * n2 + 1], af, bfr[2], bfr[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt], bfr[2], bfr[3]);
+            }
         }
     }
 }
@@ -162,16 +191,17 @@ __device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[H
 
 // ---- Forward ----------------------------------------------------------------------------------
 
-// Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*WARPS query rows and walks
-// key tiles of BC rows from the diagonal down to 0.
-template <int HS, int WARPS, int BC>
+// Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
+// 16*MT of them, its Q fragments kept in registers) and walks key tiles of BC rows from the
+// diagonal down to 0.
+template <int HS, int WARPS, int MT, int BC>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     flash_attention_forward_kernel(bf16* __restrict__ out,        // (B, T, C)
                                    float* __restrict__ lse,       // (B, NH, T)
                                    const bf16* __restrict__ qkv,  // (B, T, 3C)
                                    int T, int NH, float scale_log2) {
-    constexpr int BR = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
-    constexpr int NT = BC / 8;  // score fragments per warp row block
+    constexpr int WR = 16 * MT, BR = WR * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;  // score fragments per m-tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
     bf16* k_s = q_s + BR * S;                       // [2][BC][S]
@@ -192,9 +222,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
     cp_async_commit();
 
-    float o[HS / 8][4] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int row_lo = q0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+    float o[MT][HS / 8][4] = {};
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    uint32_t qf[MT][HS / 16][4];
+    const int warp_row0 = q0 + warp * WR;
+    const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
     for (int it = 0; it < n_kb; it++) {
         const int kb = n_kb - 1 - it, stage = it & 1;
@@ -205,61 +242,72 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-
-        float s[NT][4] = {};
-        mma_abt<HS, NT>(s, q_s, warp * 16, k_s + stage * BC * S, 0, lane);
+        if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
 
         const int k0 = kb * BC;
-        const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
-        float mx[2] = {-INFINITY, -INFINITY};
+        // Key tiles entirely above this warp's rows (only on the diagonal when BR > BC) add 0.
+        if (k0 <= warp_row0 + WR - 1) {
+            float s[MT][NT][4] = {};
+            mma_abt<HS, MT, NT>(s, qf, k_s + stage * BC * S, lane);
+            const bool diagonal = k0 + BC - 1 > warp_row0;
 #pragma unroll
-        for (int n = 0; n < NT; n++) {
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                const int row = row_lo + (e >> 1) * 8;
-                if (diagonal && key > row) s[n][e] = -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                        const int row = row_lo + mt * 16 + (e >> 1) * 8;
+                        if (diagonal && key > row) s[mt][n][e] = -INFINITY;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                    const float m_new = fmaxf(m[mt][i], mx[i] * scale_log2);
+                    // A row whose keys so far are all masked keeps m = -inf: subtract 0 instead
+                    // (its p are all 0).
+                    const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+                    const float alpha = exp2f(m[mt][i] - m_ref);
+                    m[mt][i] = m_new;
+                    l[mt][i] *= alpha;
+#pragma unroll
+                    for (int n = 0; n < HS / 8; n++) {
+                        o[mt][n][2 * i] *= alpha;
+                        o[mt][n][2 * i + 1] *= alpha;
+                    }
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        s[mt][n][2 * i] = exp2f(s[mt][n][2 * i] * scale_log2 - m_ref);
+                        s[mt][n][2 * i + 1] = exp2f(s[mt][n][2 * i + 1] * scale_log2 - m_ref);
+                        l[mt][i] += s[mt][n][2 * i] + s[mt][n][2 * i + 1];
+                    }
+                }
             }
+            mma_pv<HS, MT, NT>(o, s, v_s + stage * BC * S, lane);
         }
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            const float m_new = fmaxf(m[i], mx[i] * scale_log2);
-            // A row with every key masked so far keeps m = -inf: subtract 0 instead (its p are 0).
-            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = exp2f(m[i] - m_ref);
-            m[i] = m_new;
-            l[i] *= alpha;
-#pragma unroll
-            for (int n = 0; n < HS / 8; n++) {
-                o[n][2 * i] *= alpha;
-                o[n][2 * i + 1] *= alpha;
-            }
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                s[n][2 * i] = exp2f(s[n][2 * i] * scale_log2 - m_ref);
-                s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] * scale_log2 - m_ref);
-                l[i] += s[n][2 * i] + s[n][2 * i + 1];
-            }
-        }
-        mma_pv<HS, NT>(o, s, v_s + stage * BC * S, lane);
         __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
-    float inv[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        inv[i] = 1.0f / l[i];
-    }
-    store_rows<HS>(out + (long long)b * T * C + h * HS, C, o, inv[0], inv[1], row_lo, T, lane);
-    if (lane % 4 == 0) {
-        float* lse_bh = lse + (long long)blockIdx.y * T;
-        if (row_lo < T) lse_bh[row_lo] = (m[0] + log2f(l[0])) * kLn2;
-        if (row_lo + 8 < T) lse_bh[row_lo + 8] = (m[1] + log2f(l[1])) * kLn2;
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
+            inv[i] = 1.0f / l[mt][i];
+        }
+        const int r = row_lo + mt * 16;
+        store_rows<HS>(out + (long long)b * T * C + h * HS, C, o[mt], inv[0], inv[1], r, T, lane);
+        if (lane % 4 == 0) {
+            float* lse_bh = lse + (long long)blockIdx.y * T;
+            if (r < T) lse_bh[r] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
+            if (r + 8 < T) lse_bh[r + 8] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
+        }
     }
 }
 
@@ -344,8 +392,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     load_row_stats<BR, THREADS>(lse_s, d_s, lse_g, d_g, qb_first * BR, T);
     cp_async_commit();
 
-    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
     const int key_lo = k0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
+    // The warp's K and V rows are the A operands of every S^T and dP^T: kept in registers when
+    // small, reloaded from shared memory per query tile when HS > 64 (registers run out).
+    constexpr bool kKeepKV = HS <= 64;
+    uint32_t kf[1][HS / 16][4], vf[1][HS / 16][4];
 
     for (int qb = qb_first; qb < n_qb; qb++) {
         const int stage = (qb - qb_first) & 1, nxt = stage ^ 1;
@@ -358,14 +410,22 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
+        if (kKeepKV && qb == qb_first) {
+            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
+            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
+        }
         const bf16* qt = q_s + stage * BR * S;
         const bf16* dot = do_s + stage * BR * S;
         const float* lse_t = lse_s + stage * BR;
         const float* d_t = d_s + stage * BR;
 
-        float p[NT][4] = {}, dp[NT][4] = {};
-        mma_abt<HS, NT>(p, k_s, warp * 16, qt, 0, lane);
-        mma_abt<HS, NT>(dp, v_s, warp * 16, dot, 0, lane);
+        float p[1][NT][4] = {}, dp[1][NT][4] = {};
+        if constexpr (!kKeepKV) {
+            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
+            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
+        }
+        mma_abt<HS, 1, NT>(p, kf, qt, lane);
+        mma_abt<HS, 1, NT>(dp, vf, dot, lane);
         const int q0 = qb * BR;
         const bool diagonal = q0 < k0 + warp * 16 + 15;
 #pragma unroll
@@ -375,19 +435,19 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 const int qi = n * 8 + 2 * (lane % 4) + (e & 1);
                 const int key = key_lo + (e >> 1) * 8;
                 const float pe =
-                    (diagonal && key > q0 + qi) ? 0.0f : exp2f(p[n][e] * scale_log2 - lse_t[qi]);
-                p[n][e] = pe;
-                dp[n][e] = pe * (dp[n][e] - d_t[qi]);
+                    (diagonal && key > q0 + qi) ? 0.0f : exp2f(p[0][n][e] * scale_log2 - lse_t[qi]);
+                p[0][n][e] = pe;
+                dp[0][n][e] = pe * (dp[0][n][e] - d_t[qi]);
             }
         }
-        mma_pv<HS, NT>(dv, p, dot, lane);
-        mma_pv<HS, NT>(dk, dp, qt, lane);
+        mma_pv<HS, 1, NT>(dv, p, dot, lane);
+        mma_pv<HS, 1, NT>(dk, dp, qt, lane);
         __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
-    store_rows<HS>(dk_g, C3, dk, scale, scale, key_lo, T, lane);
-    store_rows<HS>(dk_g + C, C3, dv, 1.0f, 1.0f, key_lo, T, lane);
+    store_rows<HS>(dk_g, C3, dk[0], scale, scale, key_lo, T, lane);
+    store_rows<HS>(dk_g + C, C3, dv[0], 1.0f, 1.0f, key_lo, T, lane);
 }
 
 // dQ for one query tile of BR = 16*WARPS rows; loops over key tiles of BC rows from the
@@ -434,7 +494,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         row_lse[i] = r < T ? lse[at] * kLog2e : INFINITY;
         row_d[i] = r < T ? D[at] : 0.0f;
     }
-    float dq[HS / 8][4] = {};
+    float dq[1][HS / 8][4] = {};
+    uint32_t qf[1][HS / 16][4], dof[1][HS / 16][4];  // the warp's Q and dO rows, A operands
 
     for (int it = 0; it < n_kb; it++) {
         const int kb = n_kb - 1 - it, stage = it & 1;
@@ -448,9 +509,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         const bf16* kt = k_s + stage * BC * S;
         const bf16* vt = v_s + stage * BC * S;
 
-        float p[NT][4] = {}, dp[NT][4] = {};
-        mma_abt<HS, NT>(p, q_s, warp * 16, kt, 0, lane);
-        mma_abt<HS, NT>(dp, do_s, warp * 16, vt, 0, lane);
+        if (it == 0) {
+            load_a_frags<HS, 1>(qf, q_s, warp * 16, lane);
+            load_a_frags<HS, 1>(dof, do_s, warp * 16, lane);
+        }
+        float p[1][NT][4] = {}, dp[1][NT][4] = {};
+        mma_abt<HS, 1, NT>(p, qf, kt, lane);
+        mma_abt<HS, 1, NT>(dp, dof, vt, lane);
         const int k0 = kb * BC;
         const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
 #pragma unroll
@@ -461,14 +526,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 const int i = e >> 1;
                 const float pe = (diagonal && key > row_lo + 8 * i)
                                      ? 0.0f
-                                     : exp2f(p[n][e] * scale_log2 - row_lse[i]);
-                dp[n][e] = pe * (dp[n][e] - row_d[i]);
+                                     : exp2f(p[0][n][e] * scale_log2 - row_lse[i]);
+                dp[0][n][e] = pe * (dp[0][n][e] - row_d[i]);
             }
         }
-        mma_pv<HS, NT>(dq, dp, kt, lane);
+        mma_pv<HS, 1, NT>(dq, dp, kt, lane);
         __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
-    store_rows<HS>(dqkv + (long long)b * T * C3 + h * HS, C3, dq, scale, scale, row_lo, T, lane);
+    store_rows<HS>(dqkv + (long long)b * T * C3 + h * HS, C3, dq[0], scale, scale, row_lo, T, lane);
 }
 
 // ---- Launch -----------------------------------------------------------------------------------
@@ -478,7 +543,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 template <int HS>
 struct FlashConfig {
     static constexpr int kWarps = 4;
-    static constexpr int kInner = HS <= 64 ? 64 : 32;  // BC of forward / dq, BR of dkdv
+    static constexpr int kInner = HS <= 64 ? 64 : 32;    // BC of dq, BR of dkdv
+    static constexpr int kForwardMT = HS <= 64 ? 2 : 1;  // m-tiles per warp in the forward
     static constexpr int kForwardBC = 64;
 };
 
@@ -494,9 +560,9 @@ bool set_smem(Kernel kernel, size_t bytes) {
 template <int HS>
 void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
     typedef FlashConfig<HS> Cfg;
-    constexpr int BR = 16 * Cfg::kWarps, BC = Cfg::kForwardBC;
+    constexpr int BR = 16 * Cfg::kForwardMT * Cfg::kWarps, BC = Cfg::kForwardBC;
     constexpr size_t smem = (size_t)(BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
-    auto kernel = flash_attention_forward_kernel<HS, Cfg::kWarps, BC>;
+    auto kernel = flash_attention_forward_kernel<HS, Cfg::kWarps, Cfg::kForwardMT, BC>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale_log2 = kLog2e / sqrtf((float)HS);
