@@ -1,7 +1,7 @@
 // bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores) against
 // the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
-//   build/bf16/dev/bench_attention [--iters N]
+//   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS]   (--shape: flash alone)
 //
 // FLOPs (the FlashAttention papers' convention for causal attention): forward
 // 4 * B*NH*T*T*HS / 2 (two GEMMs, half of them masked), backward 2.5x the forward. TFLOP/s are
@@ -149,11 +149,17 @@ void bench_cublas(const Context& ctx, const Shape& s, int iters) {
 int main(int argc, char** argv) {
     skip_if_no_device();
     int iters = 30;
+    Shape only{0, 0, 0, 0};  // --shape B,T,NH,HS: flash on this shape alone (for profilers)
     for (int i = 1; i < argc; i++) {
         if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             iters = std::atoi(argv[++i]);
+        } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+            LLMC_CHECK(
+                std::sscanf(argv[++i], "%d,%d,%d,%d", &only.B, &only.T, &only.NH, &only.HS) == 4,
+                "--shape takes B,T,NH,HS (e.g. 64,1024,12,64), not '%s'.", argv[i]);
         } else {
-            LLMC_FAIL("unknown option '%s'; usage: bench_attention [--iters N]", argv[i]);
+            LLMC_FAIL("unknown option '%s'; usage: bench_attention [--iters N] [--shape B,T,NH,HS]",
+                      argv[i]);
         }
     }
     LLMC_CHECK(iters >= 20, "--iters must be at least 20 (got %d).", iters);
@@ -165,6 +171,10 @@ int main(int argc, char** argv) {
         "p90 | TFLOP/s | of 800 |\n");
     const Shape shapes[] = {
         {64, 256, 12, 64}, {64, 1024, 12, 64}, {64, 2048, 12, 64}, {64, 1024, 12, 128}};
+    if (only.B > 0) {
+        bench_flash(ctx, only, iters);
+        return 0;
+    }
     double d12_ms = 0.0;
     for (const Shape& s : shapes) {
         const double ms = bench_flash(ctx, s, iters);
