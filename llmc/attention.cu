@@ -27,7 +27,9 @@
 // Preconditions: C % NH == 0, scratch 256-byte aligned (cudaMalloc gives that).
 // The GEMMs compute the full T x T products (half of it masked); the elementwise kernels skip
 // the s > t half except for writing its zeros.
-// Last measured: see dev/bench_attention.cu (the cuBLAS rows).
+// Last measured (dev/bench_attention, cuBLAS path with floatX = bf16, H100 80GB HBM3,
+// 2026-11-23, B=64 NH=12 HS=64 T=1024): forward 2.54 ms (40 TFLOP/s of causal FLOPs), backward
+// 6.06 ms (43 TFLOP/s), against flash's 0.51 and 1.93 ms.
 #include <cmath>
 #include <cstdint>
 
@@ -274,6 +276,7 @@ size_t attention_scratch_bytes(int B, int T, int C, int NH) {
 
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
                        const floatX* qkv, int B, int T, int C, int NH) {
+    NvtxRange range("attention_forward");
     check_sizes("attention_forward", scratch, B, T, C, NH);
     flash_attention_forward(ctx, out, lse, qkv, B, T, NH, C / NH);
 }
@@ -281,6 +284,7 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
                         int NH) {
+    NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
     flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH);
 }
@@ -293,12 +297,14 @@ size_t attention_scratch_bytes(int B, int T, int C, int NH) {
 
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
                        const floatX* qkv, int B, int T, int C, int NH) {
+    NvtxRange range("attention_forward");
     attention_forward_cublas(ctx, out, lse, scratch, qkv, B, T, C, NH);
 }
 
 void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
                         int NH) {
+    NvtxRange range("attention_backward");
     attention_backward_cublas(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
 }
 
