@@ -25,7 +25,7 @@
 // forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling):
 //   HS=64  T=1024: forward 0.506 ms, 204 TFLOP/s (25%); backward 1.932 ms, 133 TFLOP/s (17%)
 //   HS=64  T=2048: forward 1.705 ms, 242 TFLOP/s (30%); backward 6.566 ms, 157 TFLOP/s (20%)
-//   HS=128 T=1024: forward 1.094 ms, 188 TFLOP/s (24%); backward 3.843 ms, 134 TFLOP/s (17%)
+//   HS=128 T=1024: forward 1.000 ms, 206 TFLOP/s (26%); backward 3.868 ms, 133 TFLOP/s (17%)
 // PyTorch 2.11 on the same GPU (scripts/bench_attention.py), HS=64 T=1024: flash backend
 // 0.468 / 2.841 ms, cuDNN 0.293 / 2.343 ms (forward / backward).
 #include <cmath>
@@ -154,6 +154,33 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4],
     }
 }
 
+// mma_abt with A read from shared memory (MT m-tiles from row ra of tile `a`) one k-step at a
+// time, for warps whose A fragments would not fit in registers next to their accumulators.
+template <int HS, int MT, int NT>
+__device__ __forceinline__ void mma_abt_smem(float (&acc)[MT][NT][4], const bf16* a, int ra,
+                                             const bf16* b, int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            ldmatrix_x4(af[mt], a + (ra + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4(bfr, b + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
+                                 ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
 // acc[mt] (16 x HS) += P[mt] (16 x K, fp32 fragments of an mma_abt result, rounded to bf16
 // here) times V (the first K rows x HS of tile `v`): the "P V" pattern, V through
 // ldmatrix.trans, each V fragment feeding all MT m-tiles.
@@ -243,7 +270,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
-    uint32_t qf[MT][HS / 16][4];
+    // Q fragments stay in registers when they fit next to O (HS <= 64), else they are read
+    // from shared memory one k-step at a time.
+    constexpr bool kQInRegs = HS <= 64;
+    uint32_t qf[kQInRegs ? MT : 1][kQInRegs ? HS / 16 : 1][4];
     const int warp_row0 = q0 + warp * WR;
     const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
@@ -256,13 +286,19 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-        if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
+        if constexpr (kQInRegs) {
+            if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
+        }
 
         const int k0 = kb * BC;
         // Key tiles entirely above this warp's rows (only on the diagonal when BR > BC) add 0.
         if (k0 <= warp_row0 + WR - 1) {
             float s[MT][NT][4] = {};
-            mma_abt<HS, MT, NT>(s, qf, k_s + stage * BC * S, lane);
+            if constexpr (kQInRegs) {
+                mma_abt<HS, MT, NT>(s, qf, k_s + stage * BC * S, lane);
+            } else {
+                mma_abt_smem<HS, MT, NT>(s, q_s, warp * WR, k_s + stage * BC * S, lane);
+            }
             const bool diagonal = k0 + BC - 1 > warp_row0;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -572,19 +608,21 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
 // ---- Launch -----------------------------------------------------------------------------------
 
-// Tile shapes per head size: 4 warps (64 rows, 128 for the forward at HS <= 64) per block.
+// Tile shapes per head size: 4 warps (64 rows; 128 rows in the forward) per block.
 // The kernels are latency-bound at 2 blocks (8 warps) per SM, so the backward takes inner
 // tiles of 32 rows and a register cap that lets 3 blocks share an SM where that does not
 // spill (HS <= 64: 2.62 -> 2.31 ms at B=64 T=1024 on H100, 2026-11-23). The forward keeps
 // 2 blocks: 32 rows per warp (each K and V fragment feeds two m-tiles) beats 16 rows at 3
-// blocks (0.56 vs 0.64 ms).
+// blocks (0.56 vs 0.64 ms at HS=64); above HS=64 its key tiles shrink to 32 rows and Q is
+// read from shared memory so that the 32 x HS output accumulators fit (HS=128: 1.11 ->
+// 1.00 ms against 16 rows per warp).
 template <int HS>
 struct FlashConfig {
     static constexpr int kWarps = 4;
     static constexpr int kInner = 32;                            // BC of dq, BR of dkdv
     static constexpr int kBackwardMinBlocks = HS <= 64 ? 3 : 2;  // per SM (register cap)
-    static constexpr int kForwardMT = HS <= 64 ? 2 : 1;          // m-tiles per warp in the forward
-    static constexpr int kForwardBC = 64;
+    static constexpr int kForwardMT = 2;                         // m-tiles per warp in the forward
+    static constexpr int kForwardBC = HS <= 64 ? 64 : 32;
 };
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
