@@ -23,11 +23,11 @@
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
 // Last measured (dev/bench_attention, H100 80GB HBM3, 2026-11-23, B=64 NH=12, causal FLOPs:
 // forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling):
-//   HS=64  T=1024: forward 0.506 ms, 204 TFLOP/s (25%); backward 1.932 ms, 133 TFLOP/s (17%)
-//   HS=64  T=2048: forward 1.705 ms, 242 TFLOP/s (30%); backward 6.566 ms, 157 TFLOP/s (20%)
-//   HS=128 T=1024: forward 1.000 ms, 206 TFLOP/s (26%); backward 3.868 ms, 133 TFLOP/s (17%)
-// PyTorch 2.11 on the same GPU (scripts/bench_attention.py), HS=64 T=1024: flash backend
-// 0.468 / 2.841 ms, cuDNN 0.293 / 2.343 ms (forward / backward).
+//   HS=64  T=1024: forward 0.507 ms, 203 TFLOP/s (25%); backward 1.927 ms, 134 TFLOP/s (17%)
+//   HS=64  T=2048: forward 1.730 ms, 238 TFLOP/s (30%); backward 6.576 ms, 157 TFLOP/s (20%)
+//   HS=128 T=1024: forward 0.987 ms, 209 TFLOP/s (26%); backward 3.855 ms, 134 TFLOP/s (17%)
+// PyTorch 2.11 in the same run (scripts/bench_attention.py), HS=64 T=1024: flash backend
+// 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
 #include <cmath>
 #include <cstdint>
 
