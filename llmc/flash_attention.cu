@@ -11,10 +11,10 @@
 //             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
 //             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
 //             computed twice, the price of a deterministic dQ without atomics.
-// GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward,
-// K and V or Q and dO in backward) stays in registers, B operands come from shared memory
-// through ldmatrix (.trans where the operand's k dimension runs along rows). Global -> shared
-// by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
+// GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward
+// at HS <= 64, K and V or Q and dO in backward) stays in registers, B operands come from shared
+// memory through ldmatrix (.trans where the operand's k dimension runs along rows). Global ->
+// shared by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
 // ldmatrix hit distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the
 // causal mask hides keys >= T from every valid query row, and query rows >= T are neither
 // stored nor, in backward, given weight (their lse is +inf, so P = 0).
