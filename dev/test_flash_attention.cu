@@ -1,0 +1,275 @@
+// test_flash_attention.cu: flash_attention_forward / _backward against cpu::attention_*.
+//
+// Inputs are seeded random values rounded to bf16 (what the kernels read); the reference is the
+// CPU fp32/double implementation on those inputs. The backward is fed the reference out (rounded
+// to bf16) and lse, so its check does not inherit the forward's rounding.
+//
+// Tolerance (every element of out, lse, dq, dk, dv): a plain bf16 implementation is emulated on
+// the CPU (the reference with P rounded to bf16 before O = P V and dV = P^T dO, dS rounded to
+// bf16 before dQ = dS K and dK = dS^T Q, D = dout . out, outputs rounded to bf16), and its
+// largest error against the reference, err_plain, is measured per tensor. The kernel may err by
+// at most 2 * err_plain (flash keeps P and dS in the same bf16 as the plain pipeline, plus fp32
+// online-softmax rescaling, so about the same error is expected; 2x is the project's rule)
+// plus one bf16 ulp of the tensor's largest value (two correct implementations can round an
+// output element to neighbouring bf16 values).
+// The first run starts from NaN-filled outputs and scratch; a second run must reproduce every
+// output bit for bit (determinism). `--small` runs only the small shapes (for compute-sanitizer).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "context.cuh"
+#include "cpu_ops.h"
+#include "flash_attention.cuh"
+#include "test_util.cuh"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+struct Shape {
+    int B, T, NH, HS;
+    int C() const { return NH * HS; }
+};
+
+float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+void round_bf16(std::vector<float>& v) {
+    for (float& x : v) x = round_bf16(x);
+}
+
+// Runs body(i) for i in [0, n) on every core.
+template <typename Body>
+void parallel_for(int n, const Body& body) {
+    const int threads = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    for (int w = 0; w < threads; w++) {
+        pool.emplace_back([&, w] {
+            for (int i = w; i < n; i += threads) body(i);
+        });
+    }
+    for (std::thread& t : pool) t.join();
+}
+
+double dot(const float* a, const float* b, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+// The plain bf16 pipeline (see the file comment): out (B, T, C) and dqkv (B, T, 3C), given the
+// reference lse and the bf16 reference out for the backward.
+void plain_bf16_attention(std::vector<float>& out, std::vector<float>& dqkv, const Shape& s,
+                          const std::vector<float>& qkv, const std::vector<float>& dout,
+                          const std::vector<float>& ref_out, const std::vector<float>& lse) {
+    const int T = s.T, HS = s.HS, C = s.C(), C3 = 3 * C;
+    const double scale = 1.0 / std::sqrt((double)HS);
+    parallel_for(s.B * s.NH, [&](int bh) {
+        const int b = bh / s.NH, h = bh % s.NH;
+        const float* base = qkv.data() + (size_t)b * T * C3 + h * HS;
+        std::vector<double> o(HS), dq((size_t)T * HS, 0.0), dk((size_t)T * HS, 0.0),
+            dv((size_t)T * HS, 0.0);
+        for (int t = 0; t < T; t++) {
+            const float* q = base + (size_t)t * C3;
+            const size_t row = ((size_t)b * T + t) * C + h * HS;
+            const double l = lse[(size_t)bh * T + t];
+            const double d = dot(dout.data() + row, ref_out.data() + row, HS);
+            std::fill(o.begin(), o.end(), 0.0);
+            for (int k = 0; k <= t; k++) {
+                const float* kv = base + (size_t)k * C3;
+                const double p = std::exp(dot(q, kv + C, HS) * scale - l);
+                const double pb = round_bf16((float)p);
+                const double dp = dot(dout.data() + row, kv + 2 * C, HS);
+                const double ds = round_bf16((float)(p * (dp - d)));
+                for (int i = 0; i < HS; i++) {
+                    o[i] += pb * kv[2 * C + i];
+                    dv[(size_t)k * HS + i] += pb * dout[row + i];
+                    dq[(size_t)t * HS + i] += ds * kv[C + i] * scale;
+                    dk[(size_t)k * HS + i] += ds * q[i] * scale;
+                }
+            }
+            for (int i = 0; i < HS; i++) out[row + i] = round_bf16((float)o[i]);
+        }
+        for (int t = 0; t < T; t++) {
+            float* r = dqkv.data() + ((size_t)b * T + t) * C3 + h * HS;
+            for (int i = 0; i < HS; i++) {
+                r[i] = round_bf16((float)dq[(size_t)t * HS + i]);
+                r[C + i] = round_bf16((float)dk[(size_t)t * HS + i]);
+                r[2 * C + i] = round_bf16((float)dv[(size_t)t * HS + i]);
+            }
+        }
+    });
+}
+
+struct Reference {
+    Shape s;
+    std::vector<float> qkv, dout, out, lse, dqkv;  // inputs (bf16 values) and reference outputs
+    std::vector<float> plain_out, plain_dqkv;      // the plain bf16 pipeline
+};
+
+Reference make_reference(const Shape& s, uint64_t seed) {
+    const size_t BT = (size_t)s.B * s.T;
+    const int C = s.C();
+    Reference r;
+    r.s = s;
+    r.qkv.resize(BT * 3 * C);
+    r.dout.resize(BT * C);
+    r.out.resize(BT * C);
+    r.lse.resize((size_t)s.B * s.NH * s.T);
+    r.dqkv.resize(BT * 3 * C);
+    r.plain_out.resize(BT * C);
+    r.plain_dqkv.resize(BT * 3 * C);
+    Rng rng(seed);
+    // q, k in [-2, 2] give scores with a standard deviation of ~1.3 for every HS: softmax rows
+    // that are neither flat nor one-hot.
+    fill_uniform(r.qkv, rng, -2.0f, 2.0f);
+    fill_uniform(r.dout, rng, -1.0f, 1.0f);
+    round_bf16(r.qkv);
+    round_bf16(r.dout);
+    cpu::attention_forward(r.out.data(), r.lse.data(), r.qkv.data(), s.B, s.T, C, s.NH);
+    round_bf16(r.out);  // the backward reads out as bf16
+    cpu::attention_backward(r.dqkv.data(), r.dout.data(), r.qkv.data(), r.out.data(), r.lse.data(),
+                            s.B, s.T, C, s.NH);
+    plain_bf16_attention(r.plain_out, r.plain_dqkv, s, r.qkv, r.dout, r.out, r.lse);
+    return r;
+}
+
+struct DeviceTensors {
+    DeviceBuffer<bf16> qkv, dout, ref_out, out, dqkv;
+    DeviceBuffer<float> ref_lse, lse;
+    DeviceBuffer<unsigned char> scratch;
+    explicit DeviceTensors(const Shape& s)
+        : qkv((size_t)s.B * s.T * 3 * s.C()),
+          dout((size_t)s.B * s.T * s.C()),
+          ref_out((size_t)s.B * s.T * s.C()),
+          out((size_t)s.B * s.T * s.C()),
+          dqkv((size_t)s.B * s.T * 3 * s.C()),
+          ref_lse((size_t)s.B * s.NH * s.T),
+          lse((size_t)s.B * s.NH * s.T),
+          scratch(flash_attention_scratch_bytes(s.B, s.T, s.NH)) {}
+};
+
+struct RunBytes {
+    std::vector<unsigned char> out, lse, dqkv;
+};
+
+RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, bool poison_all) {
+    if (poison_all) {
+        poison(d.out.get(), d.out.size());
+        poison(d.lse.get(), d.lse.size());
+        poison(d.dqkv.get(), d.dqkv.size());
+        poison(d.scratch.get(), d.scratch.size());
+    }
+    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS);
+    flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
+                             d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS);
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
+                    download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
+                    download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(bf16))};
+}
+
+float max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = std::fmax(m, std::fabs(x));
+    return m;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    float m = 0.0f;
+    for (size_t i = 0; i < a.size(); i++) m = std::fmax(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+std::vector<float> qkv_part(const std::vector<float>& x, size_t BT, int C, int p) {
+    std::vector<float> part(BT * C);
+    for (size_t bt = 0; bt < BT; bt++) {
+        for (int c = 0; c < C; c++) part[bt * C + c] = x[bt * 3 * C + (size_t)p * C + c];
+    }
+    return part;
+}
+
+// got vs ref with atol = 2 * (plain pipeline's max error) + one bf16 ulp of max |ref| +
+// kFp32SumRel * sum_scale. The last term: the kernels sum dP_ts = dO_t . v_s and D_t = dO_t . O_t
+// in fp32 (the emulation in double), and dS = P (dP - D) cancels them, so dq and dk carry an
+// absolute error of a few fp32 ulps of these sums (|dP| <= HS * max|dO| * max|v| ~ HS) even
+// where dq and dk themselves vanish (T = 1: dq = dk = 0 exactly); sum_scale is max |dqkv| for
+// the gradients (their common scale), 0 for out (no cancellation).
+constexpr float kFp32SumRel = 1.0f / 65536.0f;
+void check_vs_plain(const char* label, const char* what, const std::vector<float>& got,
+                    const std::vector<float>& ref, const std::vector<float>& plain,
+                    float sum_scale) {
+    const float err_plain = max_abs_diff(plain, ref);
+    const float atol = 2.0f * err_plain + kBf16RoundingRel * max_abs(ref) + kFp32SumRel * sum_scale;
+    char name[128];
+    std::snprintf(name, sizeof(name), "%s %s (plain bf16 err %.2e)", label, what, err_plain);
+    check_close(name, got, ref, atol, 0.0f);
+}
+
+void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
+    const Reference r = make_reference(s, seed);
+    DeviceTensors d(s);
+    upload(d.qkv.get(), r.qkv);
+    upload(d.dout.get(), r.dout);
+    upload(d.ref_out.get(), r.out);
+    upload(d.ref_lse.get(), r.lse);
+    char label[96];
+    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d", s.B, s.T, s.NH, s.HS);
+
+    const RunBytes first = run_flash(ctx, d, s, /*poison_all=*/true);
+    const size_t BT = (size_t)s.B * s.T;
+    const std::vector<float> out = download(d.out.get(), d.out.size());
+    const std::vector<float> lse = download(d.lse.get(), d.lse.size());
+    const std::vector<float> dqkv = download(d.dqkv.get(), d.dqkv.size());
+    check_vs_plain(label, "out", out, r.out, r.plain_out, 0.0f);
+    // lse: fp32 sums of at most T exp2 terms (relative error < T * 2^-24 ~ 6e-5 at T=1000, as
+    // absolute error after the log) plus the rounding of fp32 scores; the plain pipeline has
+    // no error of its own here, so the bound is absolute.
+    char name[128];
+    std::snprintf(name, sizeof(name), "%s lse", label);
+    check_close(name, lse, r.lse, 1e-4f, 0.0f);
+    const char* parts[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++) {
+        check_vs_plain(label, parts[p], qkv_part(dqkv, BT, s.C(), p),
+                       qkv_part(r.dqkv, BT, s.C(), p), qkv_part(r.plain_dqkv, BT, s.C(), p),
+                       max_abs(r.dqkv));
+    }
+
+    const RunBytes second = run_flash(ctx, d, s, /*poison_all=*/false);
+    std::snprintf(name, sizeof(name), "%s out rerun", label);
+    check_bitwise_equal(name, first.out, second.out);
+    std::snprintf(name, sizeof(name), "%s lse rerun", label);
+    check_bitwise_equal(name, first.lse, second.lse);
+    std::snprintf(name, sizeof(name), "%s dqkv rerun", label);
+    check_bitwise_equal(name, first.dqkv, second.dqkv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    skip_if_no_device();
+    const bool small_only = argc > 1 && std::strcmp(argv[1], "--small") == 0;
+    // Every head size the dispatch covers, T = 1, odd T below, at and above tile multiples.
+    const Shape small_shapes[] = {
+        {1, 1, 1, 64},  {2, 17, 3, 16},  {1, 77, 2, 48}, {2, 129, 1, 80},
+        {1, 64, 2, 32}, {1, 33, 1, 112}, {2, 65, 2, 96}, {1, 100, 1, 128},
+    };
+    const Shape large_shapes[] = {
+        {4, 1024, 12, 64},  // GPT-2 d12
+        {2, 512, 4, 128},   // HS=128
+        {1, 1000, 2, 80},   // long awkward T
+        {3, 129, 1, 112},   // NH=1
+        {1, 777, 3, 16},
+    };
+    Context ctx;
+    context_init(&ctx, 0, /*tf32=*/false);
+    uint64_t seed = 4242;
+    for (const Shape& s : small_shapes) test_shape(ctx, s, seed++);
+    if (!small_only) {
+        for (const Shape& s : large_shapes) test_shape(ctx, s, seed++);
+    }
+    return test_summary("test_flash_attention");
+}

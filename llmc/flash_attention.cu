@@ -1,0 +1,774 @@
+// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync.
+//
+// Shapes: qkv (B, T, 3C), out (B, T, C), dqkv (B, T, 3C) bf16; lse, D (B, NH, T) float;
+// C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 (or 16*MT) rows.
+//   forward : per query tile, loop over key tiles (diagonal first):  S = scale Q K^T (masked
+//             s > t), online softmax in fp32 (running max m and sum l, exp2 with log2(e)
+//             folded into the scale), O = O * exp(m_old - m_new) + P V with P rounded to bf16;
+//             out = O / l, lse = m + log l.
+//   backward: D_t = dO_t . O_t (one small kernel, fp32).  P = exp(S - lse) is recomputed from
+//             q, k and lse;  dP = dO V^T;  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;
+//             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
+//             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
+//             computed twice, the price of a deterministic dQ without atomics.
+// GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward
+// at HS <= 64, K and V or Q and dO in backward) stays in registers, B operands come from shared
+// memory through ldmatrix (.trans where the operand's k dimension runs along rows). Global ->
+// shared by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
+// ldmatrix hit distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the
+// causal mask hides keys >= T from every valid query row, and query rows >= T are neither
+// stored nor, in backward, given weight (their lse is +inf, so P = 0).
+// (Tried and dropped, H100, 2026-11-23: single K and V buffers with V loading during Q K^T,
+// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower.)
+// Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
+// Last measured (dev/bench_attention, H100 80GB HBM3, 2026-11-23, B=64 NH=12, causal FLOPs:
+// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling):
+//   HS=64  T=1024: forward 0.507 ms, 203 TFLOP/s (25%); backward 1.927 ms, 134 TFLOP/s (17%)
+//   HS=64  T=2048: forward 1.730 ms, 238 TFLOP/s (30%); backward 6.576 ms, 157 TFLOP/s (20%)
+//   HS=128 T=1024: forward 0.987 ms, 209 TFLOP/s (26%); backward 3.855 ms, 134 TFLOP/s (17%)
+// PyTorch 2.11 in the same run (scripts/bench_attention.py), HS=64 T=1024: flash backend
+// 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
+#include <cmath>
+#include <cstdint>
+
+#include "check.h"
+#include "flash_attention.cuh"
+#include "nvtx.h"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr size_t kScratchAlign = 256;
+
+// ---- PTX wrappers -----------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared; zero-filled (src not read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col), fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x on the SFU, denormal results flushed to 0 (exp2f adds a range check and two multiplies
+// per call to produce denormals; probabilities below 2^-126 do not matter here).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- Tile helpers -----------------------------------------------------------------------------
+// A tile is ROWS rows of HS bf16 in shared memory with row stride HS + 8 (the padding).
+
+template <int HS>
+__host__ __device__ constexpr int smem_stride() {
+    return HS + 8;
+}
+
+// Rows [r0, r0 + ROWS) of a (T, HS) slice with row stride ld -> tile; rows >= T zero-filled.
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int ld, int r0, int T) {
+    constexpr int kChunks = HS / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
+        const int r = i / kChunks, c = i % kChunks;
+        const bool valid = r0 + r < T;
+        const bf16* src = valid ? g + (long long)(r0 + r) * ld + c * 8 : g;
+        cp_async16(tile + r * smem_stride<HS>() + c * 8, src, valid);
+    }
+}
+
+// A operands of a warp: MT m-tiles of 16 rows x HS, rows ra + 16*mt + (0..15) of a tile, as
+// mma fragments (HS/16 k-steps of 4 registers each).
+template <int HS, int MT>
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[MT][HS / 16][4], const bf16* a, int ra,
+                                             int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            ldmatrix_x4(af[mt][kk],
+                        a + (ra + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+        }
+    }
+}
+
+// acc[mt][n] (16 x 8 fragments, N = 8 * NT columns) += A (MT x 16 rows x HS, fragments af)
+// times B^T, B the first N rows (x HS) of tile `b`: the "Q K^T" pattern. Each B fragment,
+// loaded once by non-transposed ldmatrix, feeds all MT m-tiles.
+template <int HS, int MT, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4],
+                                        const uint32_t (&af)[MT][HS / 16][4], const bf16* b,
+                                        int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4(bfr, b + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
+                                 ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt][kk], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt][kk], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
+// mma_abt with A read from shared memory (MT m-tiles from row ra of tile `a`) one k-step at a
+// time, for warps whose A fragments would not fit in registers next to their accumulators.
+template <int HS, int MT, int NT>
+__device__ __forceinline__ void mma_abt_smem(float (&acc)[MT][NT][4], const bf16* a, int ra,
+                                             const bf16* b, int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            ldmatrix_x4(af[mt], a + (ra + mt * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4(bfr, b + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * S + kk * 16 +
+                                 ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
+// acc[mt] (16 x HS) += P[mt] (16 x K, fp32 fragments of an mma_abt result, rounded to bf16
+// here) times V (the first K rows x HS of tile `v`): the "P V" pattern, V through
+// ldmatrix.trans, each V fragment feeding all MT m-tiles.
+template <int HS, int MT, int KT>
+__device__ __forceinline__ void mma_pv(float (&acc)[MT][HS / 8][4], const float (&p)[MT][KT][4],
+                                       const bf16* v, int lane) {
+    constexpr int S = smem_stride<HS>();
+#pragma unroll
+    for (int k2 = 0; k2 < KT / 2; k2++) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            af[mt][0] = pack_bf16(p[mt][2 * k2][0], p[mt][2 * k2][1]);
+            af[mt][1] = pack_bf16(p[mt][2 * k2][2], p[mt][2 * k2][3]);
+            af[mt][2] = pack_bf16(p[mt][2 * k2 + 1][0], p[mt][2 * k2 + 1][1]);
+            af[mt][3] = pack_bf16(p[mt][2 * k2 + 1][2], p[mt][2 * k2 + 1][3]);
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < HS / 16; n2++) {
+            uint32_t bfr[4];
+            ldmatrix_x4_trans(bfr, v + (k2 * 16 + (lane & 15)) * S + n2 * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc[mt][2 * n2], af[mt], bfr[0], bfr[1]);
+                mma_bf16(acc[mt][2 * n2 + 1], af[mt], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
+// Stores a warp's 16 x HS fp32 fragments as bf16 into a tensor with row stride ld: this
+// thread's rows r and r + 8 (times mul0 and mul1); rows >= T are skipped.
+template <int HS>
+__device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[HS / 8][4],
+                                           float mul0, float mul1, int r, int T, int lane) {
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+        const int col = n * 8 + 2 * (lane % 4);
+        if (r < T) {
+            *reinterpret_cast<uint32_t*>(g + (long long)r * ld + col) =
+                pack_bf16(acc[n][0] * mul0, acc[n][1] * mul0);
+        }
+        if (r + 8 < T) {
+            *reinterpret_cast<uint32_t*>(g + (long long)(r + 8) * ld + col) =
+                pack_bf16(acc[n][2] * mul1, acc[n][3] * mul1);
+        }
+    }
+}
+
+// ---- Forward ----------------------------------------------------------------------------------
+
+// Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
+// 16*MT of them, its Q fragments kept in registers) and walks key tiles of BC rows from the
+// diagonal down to 0.
+template <int HS, int WARPS, int MT, int BC>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    flash_attention_forward_kernel(bf16* __restrict__ out,        // (B, T, C)
+                                   float* __restrict__ lse,       // (B, NH, T)
+                                   const bf16* __restrict__ qkv,  // (B, T, 3C)
+                                   int T, int NH, float scale_log2) {
+    constexpr int WR = 16 * MT, BR = WR * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;  // score fragments per m-tile
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
+    bf16* k_s = q_s + BR * S;                       // [2][BC][S]
+    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* k_g = q_g + C;
+    const bf16* v_g = q_g + 2 * C;
+    const int q0 = qb * BR;
+    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
+
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
+    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
+    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
+    cp_async_commit();
+
+    float o[MT][HS / 8][4] = {};
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    // Q fragments stay in registers when they fit next to O (HS <= 64), else they are read
+    // from shared memory one k-step at a time.
+    constexpr bool kQInRegs = HS <= 64;
+    uint32_t qf[kQInRegs ? MT : 1][kQInRegs ? HS / 16 : 1][4];
+    const int warp_row0 = q0 + warp * WR;
+    const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
+
+    for (int it = 0; it < n_kb; it++) {
+        const int kb = n_kb - 1 - it, stage = it & 1;
+        if (it + 1 < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        if constexpr (kQInRegs) {
+            if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
+        }
+
+        const int k0 = kb * BC;
+        // Key tiles entirely above this warp's rows (only on the diagonal when BR > BC) add 0.
+        if (k0 <= warp_row0 + WR - 1) {
+            float s[MT][NT][4] = {};
+            if constexpr (kQInRegs) {
+                mma_abt<HS, MT, NT>(s, qf, k_s + stage * BC * S, lane);
+            } else {
+                mma_abt_smem<HS, MT, NT>(s, q_s, warp * WR, k_s + stage * BC * S, lane);
+            }
+            const bool diagonal = k0 + BC - 1 > warp_row0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                // The mask costs integer and select instructions: only diagonal tiles pay them.
+                if (diagonal) {
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                            const int row = row_lo + mt * 16 + (e >> 1) * 8;
+                            if (key > row) s[mt][n][e] = -INFINITY;
+                        }
+                    }
+                }
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+                }
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                    const float m_new = fmaxf(m[mt][i], mx[i] * scale_log2);
+                    // A row whose keys so far are all masked keeps m = -inf: subtract 0 instead
+                    // (its p are all 0).
+                    const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+                    const float alpha = fast_exp2(m[mt][i] - m_ref);
+                    m[mt][i] = m_new;
+                    l[mt][i] *= alpha;
+#pragma unroll
+                    for (int n = 0; n < HS / 8; n++) {
+                        o[mt][n][2 * i] *= alpha;
+                        o[mt][n][2 * i + 1] *= alpha;
+                    }
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        s[mt][n][2 * i] = fast_exp2(s[mt][n][2 * i] * scale_log2 - m_ref);
+                        s[mt][n][2 * i + 1] = fast_exp2(s[mt][n][2 * i + 1] * scale_log2 - m_ref);
+                        l[mt][i] += s[mt][n][2 * i] + s[mt][n][2 * i + 1];
+                    }
+                }
+            }
+            mma_pv<HS, MT, NT>(o, s, v_s + stage * BC * S, lane);
+        }
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
+            inv[i] = 1.0f / l[mt][i];
+        }
+        const int r = row_lo + mt * 16;
+        store_rows<HS>(out + (long long)b * T * C + h * HS, C, o[mt], inv[0], inv[1], r, T, lane);
+        if (lane % 4 == 0) {
+            float* lse_bh = lse + (long long)blockIdx.y * T;
+            if (r < T) lse_bh[r] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
+            if (r + 8 < T) lse_bh[r + 8] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
+        }
+    }
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+// D[(b*NH + h)*T + t] = dout . out over the head's HS channels; one thread per (b, t, h).
+template <int HS>
+__global__ void attention_row_dot_kernel(float* __restrict__ D,          // (B, NH, T)
+                                         const bf16* __restrict__ dout,  // (B, T, C)
+                                         const bf16* __restrict__ out,   // (B, T, C)
+                                         int B, int T, int NH) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)B * T * NH) return;
+    const int h = (int)(idx % NH);
+    const long long bt = idx / NH;
+    const int t = (int)(bt % T), b = (int)(bt / T);
+    const uint4* a = reinterpret_cast<const uint4*>(dout + idx * HS);
+    const uint4* c = reinterpret_cast<const uint4*>(out + idx * HS);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++) {
+        const uint4 x = a[i], y = c[i];
+        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+        const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 xf = __bfloat1622float2(x2[j]), yf = __bfloat1622float2(y2[j]);
+            sum += xf.x * yf.x + xf.y * yf.y;
+        }
+    }
+    D[((long long)b * NH + h) * T + t] = sum;
+}
+
+// Per-row values of a query tile into shared memory: lse (times log2 e) and D; rows >= T get
+// lse = +inf (so P = 0) and D = 0.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_row_stats(float* lse_s, float* d_s, const float* lse,
+                                               const float* D, int r0, int T) {
+    for (int i = threadIdx.x; i < ROWS; i += THREADS) {
+        const bool valid = r0 + i < T;
+        lse_s[i] = valid ? lse[r0 + i] * kLog2e : INFINITY;
+        d_s[i] = valid ? D[r0 + i] : 0.0f;
+    }
+}
+
+// dK, dV for one key tile of BC = 16*WARPS rows; loops over query tiles of BR rows from the
+// diagonal to T. A warp owns 16 keys: S^T = K Q^T and dP^T = V dO^T put keys on the fragment
+// rows, so P^T and dS^T are directly the A operands of dV += P^T dO and dK += dS^T Q.
+template <int HS, int WARPS, int BR, int MIN_BLOCKS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+    flash_attention_backward_dkdv_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
+                                         const bf16* __restrict__ qkv,   // (B, T, 3C)
+                                         const bf16* __restrict__ dout,  // (B, T, C)
+                                         const float* __restrict__ lse,  // (B, NH, T)
+                                         const float* __restrict__ D,    // (B, NH, T)
+                                         int T, int NH, float scale, float scale_log2) {
+    constexpr int BC = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BR / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);               // [BC][S]
+    bf16* v_s = k_s + BC * S;                                    // [BC][S]
+    bf16* q_s = v_s + BC * S;                                    // [2][BR][S]
+    bf16* do_s = q_s + 2 * BR * S;                               // [2][BR][S]
+    float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * S);  // [2][BR]
+    float* d_s = lse_s + 2 * BR;                                 // [2][BR]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int kb = blockIdx.x;  // low key tiles have the most query tiles: they start first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* do_g = dout + (long long)b * T * C + h * HS;
+    const float* lse_g = lse + (long long)blockIdx.y * T;
+    const float* d_g = D + (long long)blockIdx.y * T;
+    const int k0 = kb * BC;
+    const int qb_first = k0 / BR, n_qb = (T + BR - 1) / BR;
+
+    load_tile<HS, BC, THREADS>(k_s, q_g + C, C3, k0, T);
+    load_tile<HS, BC, THREADS>(v_s, q_g + 2 * C, C3, k0, T);
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, qb_first * BR, T);
+    load_tile<HS, BR, THREADS>(do_s, do_g, C, qb_first * BR, T);
+    load_row_stats<BR, THREADS>(lse_s, d_s, lse_g, d_g, qb_first * BR, T);
+    cp_async_commit();
+
+    float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
+    const int key_lo = k0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
+    // The warp's K and V rows are the A operands of every S^T and dP^T: kept in registers when
+    // small, reloaded from shared memory per query tile when HS > 64 (registers run out).
+    constexpr bool kKeepKV = HS <= 64;
+    uint32_t kf[1][HS / 16][4], vf[1][HS / 16][4];
+
+    for (int qb = qb_first; qb < n_qb; qb++) {
+        const int stage = (qb - qb_first) & 1, nxt = stage ^ 1;
+        if (qb + 1 < n_qb) {
+            load_tile<HS, BR, THREADS>(q_s + nxt * BR * S, q_g, C3, (qb + 1) * BR, T);
+            load_tile<HS, BR, THREADS>(do_s + nxt * BR * S, do_g, C, (qb + 1) * BR, T);
+            load_row_stats<BR, THREADS>(lse_s + nxt * BR, d_s + nxt * BR, lse_g, d_g, (qb + 1) * BR,
+                                        T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        if (kKeepKV && qb == qb_first) {
+            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
+            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
+        }
+        const bf16* qt = q_s + stage * BR * S;
+        const bf16* dot = do_s + stage * BR * S;
+        const float* lse_t = lse_s + stage * BR;
+        const float* d_t = d_s + stage * BR;
+
+        float p[1][NT][4] = {}, dp[1][NT][4] = {};
+        if constexpr (!kKeepKV) {
+            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
+            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
+        }
+        mma_abt<HS, 1, NT>(p, kf, qt, lane);
+        mma_abt<HS, 1, NT>(dp, vf, dot, lane);
+        const int q0 = qb * BR;
+        const bool diagonal = q0 < k0 + warp * 16 + 15;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = n * 8 + 2 * (lane % 4) + (e & 1);
+                const int key = key_lo + (e >> 1) * 8;
+                const float pe = (diagonal && key > q0 + qi)
+                                     ? 0.0f
+                                     : fast_exp2(p[0][n][e] * scale_log2 - lse_t[qi]);
+                p[0][n][e] = pe;
+                dp[0][n][e] = pe * (dp[0][n][e] - d_t[qi]);
+            }
+        }
+        mma_pv<HS, 1, NT>(dv, p, dot, lane);
+        mma_pv<HS, 1, NT>(dk, dp, qt, lane);
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+
+    bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
+    store_rows<HS>(dk_g, C3, dk[0], scale, scale, key_lo, T, lane);
+    store_rows<HS>(dk_g + C, C3, dv[0], 1.0f, 1.0f, key_lo, T, lane);
+}
+
+// dQ for one query tile of BR = 16*WARPS rows; loops over key tiles of BC rows from the
+// diagonal down to 0.
+template <int HS, int WARPS, int BC, int MIN_BLOCKS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+    flash_attention_backward_dq_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
+                                       const bf16* __restrict__ qkv,   // (B, T, 3C)
+                                       const bf16* __restrict__ dout,  // (B, T, C)
+                                       const float* __restrict__ lse,  // (B, NH, T)
+                                       const float* __restrict__ D,    // (B, NH, T)
+                                       int T, int NH, float scale, float scale_log2) {
+    constexpr int BR = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
+    bf16* do_s = q_s + BR * S;                      // [BR][S]
+    bf16* k_s = do_s + BR * S;                      // [2][BC][S]
+    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* k_g = q_g + C;
+    const bf16* v_g = q_g + 2 * C;
+    const bf16* do_g = dout + (long long)b * T * C + h * HS;
+    const int q0 = qb * BR;
+    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
+
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
+    load_tile<HS, BR, THREADS>(do_s, do_g, C, q0, T);
+    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
+    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
+    cp_async_commit();
+
+    const int row_lo = q0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+    float row_lse[2], row_d[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = row_lo + 8 * i;
+        const long long at = (long long)blockIdx.y * T + r;
+        row_lse[i] = r < T ? lse[at] * kLog2e : INFINITY;
+        row_d[i] = r < T ? D[at] : 0.0f;
+    }
+    float dq[1][HS / 8][4] = {};
+    uint32_t qf[1][HS / 16][4], dof[1][HS / 16][4];  // the warp's Q and dO rows, A operands
+
+    for (int it = 0; it < n_kb; it++) {
+        const int kb = n_kb - 1 - it, stage = it & 1;
+        if (it + 1 < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16* kt = k_s + stage * BC * S;
+        const bf16* vt = v_s + stage * BC * S;
+
+        if (it == 0) {
+            load_a_frags<HS, 1>(qf, q_s, warp * 16, lane);
+            load_a_frags<HS, 1>(dof, do_s, warp * 16, lane);
+        }
+        float p[1][NT][4] = {}, dp[1][NT][4] = {};
+        mma_abt<HS, 1, NT>(p, qf, kt, lane);
+        mma_abt<HS, 1, NT>(dp, dof, vt, lane);
+        const int k0 = kb * BC;
+        const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                p[0][n][e] = fast_exp2(p[0][n][e] * scale_log2 - row_lse[e >> 1]);
+            }
+        }
+        if (diagonal) {  // the mask only on tiles that cross the diagonal
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                    if (key > row_lo + 8 * (e >> 1)) p[0][n][e] = 0.0f;
+                }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                dp[0][n][e] = p[0][n][e] * (dp[0][n][e] - row_d[e >> 1]);
+            }
+        }
+        mma_pv<HS, 1, NT>(dq, dp, kt, lane);
+        __syncthreads();  // the next iteration's prefetch overwrites this stage
+    }
+    store_rows<HS>(dqkv + (long long)b * T * C3 + h * HS, C3, dq[0], scale, scale, row_lo, T, lane);
+}
+
+// ---- Launch -----------------------------------------------------------------------------------
+
+// Tile shapes per head size: 4 warps (64 rows; 128 rows in the forward) per block.
+// The kernels are latency-bound at 2 blocks (8 warps) per SM, so the backward takes inner
+// tiles of 32 rows and a register cap that lets 3 blocks share an SM where that does not
+// spill (HS <= 64: 2.62 -> 2.31 ms at B=64 T=1024 on H100, 2026-11-23). The forward keeps
+// 2 blocks: 32 rows per warp (each K and V fragment feeds two m-tiles) beats 16 rows at 3
+// blocks (0.56 vs 0.64 ms at HS=64); above HS=64 its key tiles shrink to 32 rows and Q is
+// read from shared memory so that the 32 x HS output accumulators fit (HS=128: 1.11 ->
+// 1.00 ms against 16 rows per warp).
+template <int HS>
+struct FlashConfig {
+    static constexpr int kWarps = 4;
+    static constexpr int kInner = 32;                            // BC of dq, BR of dkdv
+    static constexpr int kBackwardMinBlocks = HS <= 64 ? 3 : 2;  // per SM (register cap)
+    static constexpr int kForwardMT = 2;                         // m-tiles per warp in the forward
+    static constexpr int kForwardBC = HS <= 64 ? 64 : 32;
+};
+
+// Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
+// initializer), so launches inside CUDA graph capture make no attribute calls.
+template <typename Kernel>
+bool set_smem(Kernel kernel, size_t bytes) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return true;
+}
+
+template <int HS>
+void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
+    typedef FlashConfig<HS> Cfg;
+    constexpr int BR = 16 * Cfg::kForwardMT * Cfg::kWarps, BC = Cfg::kForwardBC;
+    constexpr size_t smem = (size_t)(BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel = flash_attention_forward_kernel<HS, Cfg::kWarps, Cfg::kForwardMT, BC>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
+    const float scale_log2 = kLog2e / sqrtf((float)HS);
+    const dim3 grid((T + BR - 1) / BR, B * NH);
+    kernel<<<grid, Cfg::kWarps * 32, smem, ctx.stream>>>(out, lse, qkv, T, NH, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+template <int HS>
+void backward_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
+                 const bf16* out, const float* lse, int B, int T, int NH) {
+    typedef FlashConfig<HS> Cfg;
+    constexpr int W = Cfg::kWarps, TILE = 16 * W, INNER = Cfg::kInner;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
+
+    const long long rows = (long long)B * T * NH;
+    attention_row_dot_kernel<HS>
+        <<<(unsigned)((rows + 255) / 256), 256, 0, ctx.stream>>>(D, dout, out, B, T, NH);
+    CUDA_CHECK_LAST();
+
+    constexpr size_t smem_dkdv = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16) +
+                                 4 * INNER * sizeof(float);
+    auto dkdv = flash_attention_backward_dkdv_kernel<HS, W, INNER, Cfg::kBackwardMinBlocks>;
+    static const bool dkdv_smem_set = set_smem(dkdv, smem_dkdv);
+    (void)dkdv_smem_set;
+    dkdv<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dkdv, ctx.stream>>>(
+        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
+    CUDA_CHECK_LAST();
+
+    constexpr size_t smem_dq = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16);
+    auto dq = flash_attention_backward_dq_kernel<HS, W, INNER, Cfg::kBackwardMinBlocks>;
+    static const bool dq_smem_set = set_smem(dq, smem_dq);
+    (void)dq_smem_set;
+    dq<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dq, ctx.stream>>>(
+        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+void check_args(const char* op, int B, int T, int NH, int HS, const void* const* ptrs, int n) {
+    LLMC_CHECK(B > 0 && T > 0 && NH > 0, "%s: B, T and NH must be positive (got %d, %d, %d).", op,
+               B, T, NH);
+    LLMC_CHECK(HS > 0 && HS % 16 == 0 && HS <= 128,
+               "%s: the head size C/NH = %d is not supported; flash attention needs a multiple "
+               "of 16 no larger than 128.",
+               op, HS);
+    LLMC_CHECK((long long)B * NH * T < (1LL << 31) && (long long)T * 3 * NH * HS < (1LL << 31),
+               "%s: B*NH*T and T*3C must fit in an int (B=%d T=%d NH=%d HS=%d).", op, B, T, NH, HS);
+    for (int i = 0; i < n; i++) {
+        LLMC_CHECK(ptrs[i] != nullptr && reinterpret_cast<uintptr_t>(ptrs[i]) % 16 == 0,
+                   "%s: every buffer must be a non-null 16-byte aligned pointer (argument %d).", op,
+                   i);
+    }
+}
+
+}  // namespace
+
+size_t flash_attention_scratch_bytes(int B, int T, int NH) {
+    const size_t bytes = (size_t)B * NH * T * sizeof(float);
+    return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
+
+void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,
+                             int T, int NH, int HS) {
+    NvtxRange range("flash_attention_forward");
+    const void* ptrs[] = {out, lse, qkv};
+    check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
+    switch (HS) {
+        case 16:
+            forward_hs<16>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 32:
+            forward_hs<32>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 48:
+            forward_hs<48>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 64:
+            forward_hs<64>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 80:
+            forward_hs<80>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 96:
+            forward_hs<96>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 112:
+            forward_hs<112>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        case 128:
+            forward_hs<128>(ctx, out, lse, qkv, B, T, NH);
+            break;
+        default:
+            LLMC_FAIL("flash_attention_forward: unreachable head size %d.", HS);
+    }
+}
+
+void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
+                              const bf16* qkv, const bf16* out, const float* lse, int B, int T,
+                              int NH, int HS) {
+    NvtxRange range("flash_attention_backward");
+    const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
+    check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
+    float* D = static_cast<float*>(scratch);
+    switch (HS) {
+        case 16:
+            backward_hs<16>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 32:
+            backward_hs<32>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 48:
+            backward_hs<48>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 64:
+            backward_hs<64>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 80:
+            backward_hs<80>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 96:
+            backward_hs<96>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 112:
+            backward_hs<112>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        case 128:
+            backward_hs<128>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            break;
+        default:
+            LLMC_FAIL("flash_attention_backward: unreachable head size %d.", HS);
+    }
+}

@@ -1,0 +1,29 @@
+// flash_attention.cuh: fused causal attention on bf16 tensor cores, forward and backward.
+//
+// qkv (B, T, 3C) bf16: q in channels [0, C), k in [C, 2C), v in [2C, 3C); head h owns channels
+// [h*HS, (h+1)*HS) of each, C = NH * HS, read in place (row stride 3C). Causal, scale 1/sqrt(HS).
+//   flash_attention_forward : out (B, T, C) bf16 = softmax(q k^T * scale) v (overwritten);
+//                             lse (B, NH, T) float = log sum_s exp(score_ts) (overwritten).
+//   flash_attention_backward: dqkv (B, T, 3C) bf16 OVERWRITTEN with dq, dk, dv, from dout, qkv,
+//                             out and lse; `scratch` holds D_t = dout_t . out_t per (b, h, t).
+// No T x T matrix is ever stored. Deterministic: no atomics, every sum in a fixed order.
+// Preconditions: HS a multiple of 16 up to 128, T >= 1, pointers 16-byte aligned, scratch of
+// flash_attention_scratch_bytes(). Pointers are bf16 in both builds (the fp32 build compiles
+// these kernels too, so the per-op test and benchmark run in either build).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstddef>
+
+#include "context.cuh"
+
+// Bytes of scratch the backward needs: B*NH*T floats (D), rounded up to 256 bytes.
+size_t flash_attention_scratch_bytes(int B, int T, int NH);
+
+void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
+                             const __nv_bfloat16* qkv, int B, int T, int NH, int HS);
+
+void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
+                              const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
+                              int HS);
