@@ -221,6 +221,25 @@ void test_token_table() {
           why.c_str());
 }
 
+void test_valid_utf8() {
+    const std::string fffd = "\xEF\xBF\xBD";
+    struct Case {
+        std::string in, want;
+    } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"},
+        {"cut \xE2\x82", "cut " + fffd + fffd},
+        {"\xC0\xAF", fffd + fffd},                        // overlong
+        {"\xED\xA0\x80", fffd + fffd + fffd},             // surrogate
+        {"\xF4\x90\x80\x80", fffd + fffd + fffd + fffd},  // past U+10FFFF
+        {"a\xFF"
+         "b",
+         "a" + fffd + "b"},
+    };
+    for (const Case& c : cases)
+        check(llmc::valid_utf8(c.in) == c.want, "valid_utf8 of %zu bytes", c.in.size());
+}
+
 }  // namespace
 
 int main() {
@@ -229,6 +248,7 @@ int main() {
     test_determinism();
     test_refusals();
     test_token_table();
+    test_valid_utf8();
     std::printf("test_sampler: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

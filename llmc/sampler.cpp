@@ -1,6 +1,8 @@
 // sampler.cpp: next-token sampling and the tokenizer-file decoder (see sampler.h).
 #include "sampler.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <cstring>
 
 #include "rng.h"
+#include "tokenizer.h"
 
 namespace llmc {
 namespace {
@@ -94,7 +97,58 @@ int sample_token(const float* logits, int V, const SamplerOptions& o, uint64_t* 
     return ids.back();
 }
 
+std::string valid_utf8(const std::string& s) {
+    std::string out;
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        // Length and the allowed range of the second byte (Unicode's table of well-formed
+        // sequences); later bytes are plain continuation bytes.
+        int len = 0;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c < 0x80)
+            len = 1;
+        else if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        }
+        bool ok = len > 0 && i + len <= n;
+        for (int k = 1; ok && k < len; k++) {
+            const unsigned char b = (unsigned char)s[i + k];
+            ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+        }
+        if (ok) {
+            out.append(s, i, len);
+            i += len;
+        } else {
+            out += "\xEF\xBF\xBD";
+            i += 1;
+        }
+    }
+    return out;
+}
+
 bool TokenTable::load(const std::string& path, std::string* why) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        // GPT-2's encoder.json + vocab.bpe: each id's bytes through the tokenizer's decode.
+        Tokenizer tok;
+        if (!tok.load(path, why)) return false;
+        bytes_.clear();
+        offsets_.assign(1, 0);
+        for (int id = 0; id < tok.vocab_size(); id++) {
+            bytes_ += tok.decode(&id, 1);
+            offsets_.push_back((uint32_t)bytes_.size());
+        }
+        return true;
+    }
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) {
         *why = "cannot open the tokenizer file '" + path + "' (" + std::strerror(errno) + ")";

@@ -8,8 +8,9 @@
 //   (in id order) whose cumulative probability exceeds u * sum.
 // So a seed fixes the whole sequence of tokens, on every machine and standard library.
 //
-// A TokenTable decodes ids with llm.c's tokenizer file (tokenizer.h describes it): prepare_data
-// writes one beside the shards, so samples during training need no other file.
+// A TokenTable decodes ids with llm.c's tokenizer file (tokenizer.h describes it; prepare_data
+// writes one beside the shards, so samples during training need no other file) or with
+// GPT-2's encoder.json + vocab.bpe.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,9 +31,14 @@ std::string sampler_options_error(const SamplerOptions& opts);
 int sample_token(const float* logits, int V, const SamplerOptions& opts, uint64_t* rng,
                  std::string* why);
 
+// s with every ill-formed UTF-8 byte replaced by U+FFFD, so that a sample cut inside a
+// character still prints and stays valid JSON text.
+std::string valid_utf8(const std::string& s);
+
 class TokenTable {
   public:
-    // Reads an llm.c tokenizer file (version 1 or 2); false with one sentence in *why.
+    // Reads an llm.c tokenizer file (version 1 or 2), or a directory holding GPT-2's
+    // encoder.json and vocab.bpe (as Tokenizer::load); false with one sentence in *why.
     bool load(const std::string& path, std::string* why);
     int vocab_size() const { return (int)offsets_.size() - 1; }
     // The bytes of the tokens, concatenated; an id outside the table gives "<|id|>".
