@@ -80,13 +80,17 @@ void init_loaders(const TrainConfig& tc, int vocab_size, int grad_accum, DataLoa
     dataloader_init(val, tc.val_pattern, tc.B, tc.T, vocab_size, 0, 1, val_opts);
 }
 
+// Validation fills micro-batch 0 of io.tokens; it is restored after, since --overfit-batch
+// trains on what io.tokens holds.
 float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches) {
     dataloader_reset(val);
+    const std::vector<int> train_batch(m->io.tokens, m->io.tokens + 2 * (size_t)m->B * m->T);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         fill_tokens(val, m, 1);
         sum += gpt2_eval_loss(ctx, m);
     }
+    std::copy(train_batch.begin(), train_batch.end(), m->io.tokens);
     return (float)(sum / batches);
 }
 

@@ -45,7 +45,10 @@ EOF
     --device cpu --write-model "$WORK/init.bin" >/dev/null || exit 1
 TOK=()
 [ -f build/tokenizer/encoder.json ] && TOK=(--tokenizer build/tokenizer)
-COMMON=(-i "$WORK/data/cyc_train_*.bin" -e "$WORK/init.bin" -b 4 -t 128 -l 3e-3 "${TOK[@]}")
+# --autotune 0: autotuning times kernels in each process and may pick others, which need not
+# round alike (README, Checkpoints and resume); the comparison needs the same kernels.
+COMMON=(-i "$WORK/data/cyc_train_*.bin" -e "$WORK/init.bin" -b 4 -t 128 -l 3e-3 --autotune 0
+        "${TOK[@]}")
 
 # --- 1. samples leave the training numbers alone ---------------------------------------------
 # The step records' loss and norm, one line each (sample records left out).
