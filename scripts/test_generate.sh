@@ -9,7 +9,8 @@
 #   1. a run with --sample-every prints its samples and logs them as "sample" records, and its
 #      losses and gradient norms equal, bit for bit (log.jsonl's 9 significant digits), those
 #      of the same run without sampling; the same with --overfit-batch 1, where the trainer
-#      reuses io.tokens and so would train on the sample's tokens if they were not restored;
+#      reuses io.tokens and so would train on the sample's tokens if they were not restored
+#      (and with validation every 10 steps, which fills io.tokens as well);
 #   2. generate_gpt2cu on the run's directory: one seed twice -> the same ids, another seed ->
 #      other ids (temperature 50, near-uniform, so a seed that did nothing would show);
 #   3. greedy (temperature 0) against scripts/train_gpt2.py --greedy-from in fp32, 150 tokens
@@ -83,6 +84,15 @@ check_pair() {  # check_pair NAME EXPECTED_SAMPLES ARGS...
 }
 check_pair train 3 -x 50              # samples at steps 20, 40 and the last, 50
 check_pair overfit 2 -x 30 --overfit-batch 1
+# Validation fills io.tokens too: with --overfit-batch the losses must not see it either.
+if ./train_gpt2cu "${COMMON[@]}" -x 30 --overfit-batch 1 -j "$WORK/data/cyc_val_*.bin" -v 10 \
+    -m 2 -o "$WORK/overfit.val" >"$WORK/overfit.val.out" 2>&1 &&
+    diff <(numbers "$WORK/overfit.plain/log.jsonl") <(numbers "$WORK/overfit.val/log.jsonl") \
+        >"$WORK/overfit.val.diff"; then
+    pass "overfit: losses and norms bitwise equal with and without validation every 10 steps"
+else
+    failed "overfit: validation changed the training numbers (see $WORK/overfit.val.out, .diff)"
+fi
 grep -A2 -m1 '^sample (step 40' "$WORK/train.sampled.out" | sed 's/^/    /'
 
 # --- 2. generate: seeds ----------------------------------------------------------------------
