@@ -2,19 +2,23 @@
 // top-k ids are ever drawn, empirical frequencies against softmax(logits / T) computed here in
 // double (with a bound that this many draws must meet, and a check that the bound is tight
 // enough to tell the wrong temperature apart), one seed one sequence, bad options and
-// non-finite logits refused with a sentence, and TokenTable reading a tokenizer file.
+// non-finite logits refused with a sentence, TokenTable reading a tokenizer file and GPT-2's
+// tokenizer folder (run from the repository root, as run_tests.sh does), and valid_utf8.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "rng.h"
 #include "sampler.h"
+#include "tokenizer.h"
 
 namespace {
 
@@ -221,6 +225,45 @@ void test_token_table() {
           why.c_str());
 }
 
+// GPT-2's tokenizer (build/tokenizer, fetched by scripts/tokenizer_files.sh when missing, as
+// test_tokenizer does): the table read from encoder.json + vocab.bpe and the one read from the
+// tokenizer.bin that Tokenizer writes decode every id to the same bytes, and text round-trips.
+void test_gpt2_tables() {
+    const std::string dir = "build/tokenizer";
+    const std::string fetch = "bash scripts/tokenizer_files.sh '" + dir + "' > /dev/null";
+    if (!std::ifstream(dir + "/vocab.bpe").good() && std::system(fetch.c_str()) != 0) {
+        check(false, "GPT-2's tokenizer files in %s (scripts/tokenizer_files.sh failed)",
+              dir.c_str());
+        return;
+    }
+    llmc::Tokenizer tok;
+    std::string why;
+    const bool loaded = tok.load(dir, &why);
+    check(loaded, "Tokenizer loads %s %s", dir.c_str(), why.c_str());
+    if (!loaded) return;
+    llmc::TokenTable from_dir, from_file;
+    check(from_dir.load(dir, &why), "TokenTable loads the folder %s %s", dir.c_str(), why.c_str());
+    char path[] = "/tmp/test_sampler_tok_XXXXXX";
+    close(mkstemp(path));
+    tok.write_tokenizer_file(path);
+    const bool file_ok = from_file.load(path, &why);
+    std::remove(path);
+    check(file_ok && from_file.vocab_size() == 50257 && from_dir.vocab_size() == 50257,
+          "TokenTable loads the written tokenizer.bin: %d and %d tokens", from_file.vocab_size(),
+          from_dir.vocab_size());
+    int same = 0;
+    for (int id = 0; id < 50257; id++)
+        same += from_dir.decode(&id, 1) == from_file.decode(&id, 1) &&
+                from_dir.decode(&id, 1) == tok.decode(&id, 1);
+    check(same == 50257, "every id decodes alike from the folder, the file and Tokenizer (%d)",
+          same);
+    const std::string text = "Hello world, caf\xC3\xA9 \xE2\x80\x94 1234\n\n  it's <|endoftext|>";
+    std::vector<int> ids;
+    tok.encode(text, &ids);
+    check(from_file.decode(ids.data(), ids.size()) == text, "a sentence of %zu tokens round-trips",
+          ids.size());
+}
+
 void test_valid_utf8() {
     const std::string fffd = "\xEF\xBF\xBD";
     struct Case {
@@ -249,6 +292,7 @@ int main() {
     test_refusals();
     test_token_table();
     test_valid_utf8();
+    test_gpt2_tables();
     std::printf("test_sampler: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }
