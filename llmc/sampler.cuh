@@ -1,10 +1,11 @@
 // sampler.cuh: text generation with the GPU model: one forward per new token, each giving the
 // logits of the last position (gpt2_forward_logits_row), then the host sampler (sampler.h).
 //
-// The tokens go into row 0 of io.tokens' micro-batch 0; positions after the last token hold
-// copies of it and are ignored, since attention is causal. When the text outgrows the model's T
-// the window slides: the newest T tokens are the context. Cost: one full forward of the (B, T)
-// batch per token (the model's shapes are fixed at creation), whatever the text's length.
+// The tokens go into sequence 0 of io.tokens' micro-batch 0; positions after the last token
+// hold copies of it and are ignored, since attention is causal. When the text outgrows the
+// model's T the window slides: the newest T tokens are the context. Cost: one forward of one
+// sequence of T tokens per new token (the model's T is fixed at creation), whatever the text's
+// length.
 #pragma once
 #include <cstdint>
 #include <functional>
