@@ -80,8 +80,12 @@ test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
-generate_gpt2cu: $(BUILD)/generate_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+# generate_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_generate.sh runs
+# the two of one precision together).
+$(BUILD)/generate_gpt2cu: $(BUILD)/generate_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+generate_gpt2cu: $(BUILD)/generate_gpt2cu FORCE
+	@cmp -s $< $@ || cp $< $@
 
 # Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
 PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)

@@ -246,6 +246,7 @@ int main(int argc, char** argv) {
     const int T = (int)std::min<long long>((long long)ids.size() + gc.max_tokens, cfg.max_seq_len);
     GPT2 model;
     gpt2_create(ctx, &model, cfg, params, 1, T, 1, AdamWHyper{});
+    std::printf("build        %s\n", kPrecisionName);
     std::printf("prompt       %zu tokens; %d new, temperature %g, top-k %d, seed %llu\n",
                 ids.size(), gc.max_tokens, gc.temperature, gc.top_k, gc.seed);
     std::printf("---\n");

@@ -118,6 +118,9 @@ precision=$(sed -n 's/.*"precision": "\([a-z0-9]*\)".*/\1/p' "$RUN/config.json")
 # mantissa, so logits of magnitude ~10-20 move by up to ~0.1-0.3 against fp32 (test_gpt2cu's
 # bf16 bounds); a top-two gap under 0.5 may flip. fp32: only summation order differs (~1e-5).
 bound=$([ "$precision" = bf16 ] && echo 0.5 || echo 0.01)
+gen_build=$(./generate_gpt2cu --load "$RUN" --prompt-ids 1 --max-tokens 1 2>&1 | sed -n 's/^build *//p')
+if [ "$gen_build" = "$precision" ]; then pass "generate_gpt2cu and train_gpt2cu are both $precision builds"
+else failed "generate_gpt2cu is a '$gen_build' build but train_gpt2cu '$precision': rebuild both with one PRECISION"; fi
 if "$PY" - "$WORK/greedy_ref.out" "$bound" "$ours" <<'EOF'
 import re, sys
 ref_out, bound, ours = open(sys.argv[1]).read(), float(sys.argv[2]), sys.argv[3].split()
