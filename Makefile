@@ -1,7 +1,7 @@
 # GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH (default sm_90) on any
 # machine, a GPU is not needed to build. `make test` runs every test this machine can run.
 #
-#   make [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu + dev tests
+#   make [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu + dev tests
 #                                                  (PRECISION: BF16 by default; GPU_ARCH: the local
 #                                                  GPU's, or sm_90 without one)
 #   make test                                      build (and compile the other precision's objects), install/check deps, run tests
@@ -48,7 +48,7 @@ DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
 DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test_*.cu dev/bench_*.cu))
 DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp dev/bench_*.cpp))
 
-BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu prepare_data
+BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data
 
 .PHONY: all test objects clean format-check data fuzz FORCE
 FORCE:
@@ -57,6 +57,7 @@ all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
 # Every CUDA object of this precision, unlinked: `make test` compiles the other precision this
 # way so CI proves both builds compile.
 objects: $(LLMC_CU_OBJ) $(BUILD)/train_gpt2.o $(BUILD)/test_gpt2.o $(BUILD)/profile_gpt2.o \
+         $(BUILD)/generate_gpt2.o \
          $(patsubst %,%.o,$(DEV_GPU_BIN))
 
 $(BUILD)/%.o: %.cu $(wildcard llmc/*.cuh llmc/*.h dev/*.h dev/*.cuh)
@@ -79,6 +80,12 @@ test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+# generate_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_generate.sh runs
+# the two of one precision together).
+$(BUILD)/generate_gpt2cu: $(BUILD)/generate_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+generate_gpt2cu: $(BUILD)/generate_gpt2cu FORCE
+	@cmp -s $< $@ || cp $< $@
 
 # Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
 PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)

@@ -20,7 +20,9 @@
 #include "gpt2.cuh"
 #include "mfu.h"
 #include "model_init.h"
+#include "rng.h"
 #include "run_log.h"
+#include "sampler.cuh"
 #include "schedule.h"
 #include "train_config.h"
 
@@ -78,14 +80,63 @@ void init_loaders(const TrainConfig& tc, int vocab_size, int grad_accum, DataLoa
     dataloader_init(val, tc.val_pattern, tc.B, tc.T, vocab_size, 0, 1, val_opts);
 }
 
+// Validation fills micro-batch 0 of io.tokens; it is restored after, since --overfit-batch
+// trains on what io.tokens holds.
 float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches) {
     dataloader_reset(val);
+    const std::vector<int> train_batch(m->io.tokens, m->io.tokens + 2 * (size_t)m->B * m->T);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         fill_tokens(val, m, 1);
         sum += gpt2_eval_loss(ctx, m);
     }
+    std::copy(train_batch.begin(), train_batch.end(), m->io.tokens);
     return (float)(sum / batches);
+}
+
+// The decoder of samples: --tokenizer, else the tokenizer.bin prepare_data writes beside the
+// shards. Only a --tokenizer that cannot be read is an error; without one, samples are ids.
+bool load_sample_decoder(const TrainConfig& tc, TokenTable* table) {
+    if (tc.sample_every == 0) return false;
+    std::string why;
+    if (!tc.tokenizer.empty()) {
+        LLMC_CHECK(table->load(tc.tokenizer, &why), "--tokenizer: %s.", why.c_str());
+        return true;
+    }
+    const size_t slash = tc.train_pattern.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : tc.train_pattern.substr(0, slash);
+    if (table->load(dir + "/tokenizer.bin", &why)) return true;
+    std::printf("samples          printed as token ids: %s (pass --tokenizer)\n", why.c_str());
+    return false;
+}
+
+// K tokens after <|endoftext|> from the model as trained so far, printed and logged. The seed
+// of step S's sample is splitmix64(--sample-seed) ^ S. A refusal (non-finite logits) is a
+// warning: the step's own checks decide whether the run goes on.
+void print_sample(const Context& ctx, GPT2* m, const TrainConfig& tc, const TokenTable* table,
+                  int step, RunLog* log) {
+    const auto t0 = std::chrono::steady_clock::now();
+    // GPT-2's <|endoftext|> id, or the last id of a smaller vocabulary.
+    std::vector<int> ids{std::min(50256, m->cfg.vocab_size - 1)};
+    uint64_t rng = splitmix64(tc.sample_seed) ^ (uint64_t)step;
+    SamplerOptions opts;
+    opts.temperature = tc.temperature;
+    opts.top_k = tc.top_k;
+    std::string why;
+    if (!gpt2_generate(ctx, m, &ids, tc.sample_tokens, opts, &rng, &why)) {
+        std::fprintf(stderr, "warning: no sample at step %d: %s\n", step, why.c_str());
+        return;
+    }
+    std::string text;
+    if (table != nullptr) {
+        text = valid_utf8(table->decode(ids.data() + 1, ids.size() - 1));
+    } else {
+        for (size_t i = 1; i < ids.size(); i++) text += (i > 1 ? " " : "") + std::to_string(ids[i]);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("sample (step %d, %d tokens, %.1f s):\n%s\n---\n", step, tc.sample_tokens, s,
+                text.c_str());
+    log->write_sample(step, text, tc.sample_tokens, tc.temperature, tc.top_k, tc.sample_seed);
 }
 
 // Creates dir and its parents (mkdir -p). Called before training so that an unwritable output
@@ -357,6 +408,8 @@ int main(int argc, char** argv) {
     DataLoader train_loader, val_loader;
     init_loaders(tc, cfg.vocab_size, grad_accum, &train_loader, &val_loader);
     const bool has_val = !tc.val_pattern.empty();
+    TokenTable sample_decoder;
+    const bool has_decoder = load_sample_decoder(tc, &sample_decoder);
 
     // A resume replaces the initial weights with the checkpoint's, after checking that this run
     // (shape, batch, data, seed, precision) can continue it.
@@ -484,6 +537,9 @@ int main(int argc, char** argv) {
             std::printf("val loss %.6f (step %d, %d batches)\n", rec.val_loss, step,
                         tc.val_batches);
         }
+        if (tc.sample_every > 0 && !rec.skipped &&
+            (step % tc.sample_every == 0 || step == tc.steps))
+            print_sample(ctx, &model, tc, has_decoder ? &sample_decoder : nullptr, step, &log);
         log.write(rec);
         if (rec.skipped) {
             std::fprintf(stderr,

@@ -92,6 +92,8 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->lnf_rstd = a->take<float>(N, "layernorm statistics");
     acts->logits = a->take<floatX>((size_t)classifier_chunk_rows(opts, B, T) * Vp, "logits chunk");
     acts->losses = a->take<float>(N, "losses");
+    acts->lnf_row = a->take<floatX>(C, "sampling row");
+    acts->logits_row = a->take<floatX>(Vp, "sampling row");
     acts->proj_out = a->take<floatX>(N * C, "backward scratch");
     acts->dresidual = a->take<floatX>(N * C, "backward scratch");
     acts->dln = a->take<floatX>(N * C, "backward scratch");
@@ -407,6 +409,34 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                            a.ln1_rstd + (size_t)l * N, N, C);
     }
     encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
+}
+
+void gpt2_forward_logits_row(const Context& ctx, GPT2* m, int pos, float* host_out) {
+    NvtxRange range("logits row");
+    const int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size;
+    LLMC_CHECK(pos >= 0 && pos < m->T,
+               "gpt2_forward_logits_row: position %d is outside the sequence of %d", pos, m->T);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, 2 * (size_t)N * sizeof(int),
+                               cudaMemcpyHostToDevice, ctx.stream));
+    // Only sequence 0 matters, so the forward runs as if B were 1: on the first T rows of every
+    // buffer (each sized for B*T), with cuBLASLt plans of that shape, B times less work.
+    const int full_B = m->B;
+    m->B = 1;
+    gpt2_forward(ctx, m, m->d_tokens, m->d_tokens + N, nullptr, 0.0f,
+                 /*backward_classifier=*/false);
+    m->B = full_B;
+    // The row is copied to a buffer of its own so the (1, C) x (C, Vp) product has the
+    // 256-byte alignment of every other plan, whatever C is.
+    GPT2Activations& a = m->acts;
+    CUDA_CHECK(cudaMemcpyAsync(a.lnf_row, a.lnf + (size_t)pos * C, C * sizeof(floatX),
+                               cudaMemcpyDeviceToDevice, ctx.stream));
+    matmul_forward(ctx, a.logits_row, a.lnf_row, m->param[kWte], nullptr, 1, C,
+                   m->cfg.padded_vocab_size);
+    std::vector<floatX> logits(V);
+    CUDA_CHECK(cudaMemcpyAsync(logits.data(), a.logits_row, V * sizeof(floatX),
+                               cudaMemcpyDeviceToHost, ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    for (int i = 0; i < V; i++) host_out[i] = to_float(logits[i]);
 }
 
 namespace {

@@ -76,6 +76,8 @@ struct GPT2Activations {
     float* lnf_mean;        // (N)
     float* lnf_rstd;        // (N)
     floatX* logits;         // (chunk_rows, Vp) one chunk; dlogits after the classifier
+    floatX* lnf_row;        // (C)  one position of lnf, aligned (gpt2_forward_logits_row)
+    floatX* logits_row;     // (Vp) the logits of that position
     float* losses;          // (N)
     floatX* proj_out;       // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
@@ -180,6 +182,13 @@ void gpt2_step(const Context& ctx, GPT2* model, bool use_graph);
 // Forward-only evaluation of one batch held in io.tokens (micro-batch 0); synchronises and
 // returns the mean loss. logits_copy: as in gpt2_forward.
 float gpt2_eval_loss(const Context& ctx, GPT2* model, floatX* logits_copy = nullptr);
+
+// Sampling: the forward of sequence 0 of io.tokens' micro-batch 0 alone (its T inputs and
+// targets, which must be token ids below V), then the logits of one position only,
+// lnf[pos] @ wte^T, whose V values land in host_out as fp32; synchronises. Outside the step's
+// graph: the activations and io.tokens are left for the next step to overwrite, as
+// gpt2_eval_loss leaves them.
+void gpt2_forward_logits_row(const Context& ctx, GPT2* model, int pos, float* host_out);
 
 // Copies parameters (as fp32, model-file layout) back to the host.
 void gpt2_download_params(const Context& ctx, const GPT2& model, std::vector<float>* out);

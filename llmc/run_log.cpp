@@ -99,4 +99,14 @@ void RunLog::write(const StepRecord& r) {
     std::fflush(file_);
 }
 
+void RunLog::write_sample(long long step, const std::string& text, int tokens, float temperature,
+                          int top_k, unsigned long long seed) {
+    if (file_ == nullptr) return;
+    std::fprintf(file_,
+                 "{\"step\": %lld, \"sample\": %s, \"tokens\": %d, \"temperature\": %.9g, "
+                 "\"top_k\": %d, \"seed\": %llu}\n",
+                 step, json_string(text).c_str(), tokens, temperature, top_k, seed);
+    std::fflush(file_);
+}
+
 }  // namespace llmc

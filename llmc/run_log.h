@@ -35,6 +35,12 @@ class RunLog {
     // checkpoint, which the resumed run will redo) and appends after them.
     void open(const std::string& path, long long resume_step);
     void write(const StepRecord& r);  // one line, flushed
+    // A text sample drawn at `step` (train_gpt2cu --sample-every), one line, flushed:
+    //   {"step": 50, "sample": "text", "tokens": 64, "temperature": 1, "top_k": 0, "seed": 7}
+    // Written before that step's record, so readers that keep the last line of a step (plot.py)
+    // keep the step's numbers.
+    void write_sample(long long step, const std::string& text, int tokens, float temperature,
+                      int top_k, unsigned long long seed);
     bool is_open() const { return file_ != nullptr; }
 
   private:

@@ -48,6 +48,15 @@ const char* kHelp =
     "evaluation:\n"
     "  -v N         validation loss every N steps, 0 = only at the end (default 0)\n"
     "  -m N         validation batches (default 20)\n"
+    "  --sample-every N   print a text sample every N steps and at the end, also written to\n"
+    "               DIR/log.jsonl (default 0: never)\n"
+    "  --sample-tokens K  tokens per sample, continuing <|endoftext|> (default 64)\n"
+    "  --temperature T    sampling temperature, 0 = greedy (default 1)\n"
+    "  --top-k K          sample among the K most likely tokens, 0 = all (default 0)\n"
+    "  --sample-seed S    seed of the samples (default 1337; the step is mixed in)\n"
+    "  --tokenizer PATH   decodes samples: an llm.c tokenizer.bin, or a directory with GPT-2's\n"
+    "               encoder.json and vocab.bpe (default: tokenizer.bin beside the -i shards,\n"
+    "               which prepare_data writes; without one samples print as token ids)\n"
     "runtime:\n"
     "  --tf32 0|1   TF32 tensor cores in fp32 matmuls (default 1, PyTorch's 'high')\n"
     "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
@@ -199,6 +208,18 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->keep_every = (int)parse_int(f, v, 0, 1 << 30);
         else if (is("--stop-after"))
             c->stop_after = (int)parse_int(f, v, 1, 1 << 30);
+        else if (is("--sample-every"))
+            c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--sample-tokens"))
+            c->sample_tokens = (int)parse_int(f, v, 1, 1 << 20);
+        else if (is("--temperature"))
+            c->temperature = parse_float(f, v, 0.0, 100.0);
+        else if (is("--top-k"))
+            c->top_k = (int)parse_int(f, v, 0, 1 << 24);
+        else if (is("--sample-seed"))
+            c->sample_seed = (unsigned long long)parse_int(f, v, 0, (1ll << 62));
+        else if (is("--tokenizer"))
+            c->tokenizer = v;
         else if (is("--max-bad-steps"))
             c->max_bad_steps = (int)parse_int(f, v, 0, 1 << 30);
         else
@@ -268,6 +289,11 @@ void print_train_config(const TrainConfig& c, FILE* out) {
                      c.resume_path.empty() ? "(newest in -o)" : c.resume_path.c_str());
     if (c.stop_after > 0) std::fprintf(out, "stop after       step %d\n", c.stop_after);
     std::fprintf(out, "max bad steps    %d\n", c.max_bad_steps);
+    if (c.sample_every > 0)
+        std::fprintf(out,
+                     "samples          every %d steps, %d tokens, temperature %g, top-k %d, seed "
+                     "%llu\n",
+                     c.sample_every, c.sample_tokens, c.temperature, c.top_k, c.sample_seed);
 }
 
 void write_train_config_json(const TrainConfig& c, const std::string& extra, FILE* out) {
@@ -294,6 +320,11 @@ void write_train_config_json(const TrainConfig& c, const std::string& extra, FIL
                  c.checkpoint_every, c.keep_last, c.keep_every);
     std::fprintf(out, "  \"resume\": %s,\n  \"resume_path\": %s,\n  \"stop_after\": %d,\n",
                  c.resume ? "true" : "false", json_string(c.resume_path).c_str(), c.stop_after);
+    std::fprintf(out, "  \"sample_every\": %d,\n  \"sample_tokens\": %d,\n", c.sample_every,
+                 c.sample_tokens);
+    std::fprintf(out, "  \"temperature\": %.9g,\n  \"top_k\": %d,\n  \"sample_seed\": %llu,\n",
+                 c.temperature, c.top_k, c.sample_seed);
+    std::fprintf(out, "  \"tokenizer\": %s,\n", json_string(c.tokenizer).c_str());
     std::fprintf(out, "  \"max_bad_steps\": %d%s%s\n}\n", c.max_bad_steps,
                  extra.empty() ? "" : ",\n  ", extra.c_str());
 }

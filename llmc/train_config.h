@@ -35,6 +35,16 @@ struct TrainConfig {
                                         //     1 GELU output, 2 also ln1/ln2 (less memory)
     std::string json_summary;           // --json-summary PATH  benchmark summary
 
+    // text samples during training (llmc/sampler.h)
+    int sample_every = 0;                   // --sample-every N  sample every N steps and at the end
+                                            //     (0 = never)
+    int sample_tokens = 64;                 // --sample-tokens K  tokens per sample
+    float temperature = 1.0f;               // --temperature T  0 = greedy
+    int top_k = 0;                          // --top-k K  0 = every token
+    unsigned long long sample_seed = 1337;  // --sample-seed S
+    std::string tokenizer;  // --tokenizer PATH  tokenizer.bin or a dir with encoder.json +
+                            //     vocab.bpe ("" = tokenizer.bin beside the train shards)
+
     // learning-rate schedule, checkpoints, resume and stability
     std::string lr_schedule = "constant";  // --lr-schedule constant|linear|cosine|wsd
     float lr_final_frac = 0.0f;            // --lr-final-frac  final lr as a fraction of the peak

@@ -17,7 +17,7 @@ expect() {  # expect CODE PHRASE ARGS...
         ok=$((ok + 1))
     else
         bad=$((bad + 1))
-        echo "FAIL: train_gpt2cu $* -> exit $rc (want $code), output:"
+        echo "FAIL: $bin $* -> exit $rc (want $code), output:"
         echo "$out" | head -5
     fi
 }
@@ -65,5 +65,43 @@ expect 1 "no such file or directory" -i x -t 64 --resume "$tmp/nowhere" -o "$tmp
 # A valid 8-token shard, so the checkpoint itself is what gets refused.
 { printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x08\x00\x00\x00'; head -c 1028 /dev/zero; } >"$tmp/ok.bin"
 expect 1 "too short for its 4096-byte header" -i "$tmp/ok.bin" -b 1 -t 4 --resume "$tmp/run"
+# Text samples (--sample-every ...): values, and a --tokenizer that cannot be read.
+expect 2 "--sample-every must be in" -i x --sample-every -1
+expect 2 "--sample-tokens must be in" -i x --sample-tokens 0
+expect 2 "--temperature must be in" -i x --temperature -0.5
+expect 2 "--temperature must be in" -i x --temperature nan
+expect 2 "--temperature needs a number" -i x --temperature hot
+expect 2 "--top-k must be in" -i x --top-k -1
+expect 2 "--sample-seed needs a whole number" -i x --sample-seed 1.5
+expect 2 "--tokenizer needs a value" -i x --tokenizer
+expect 0 "--sample-every N" --help
+expect 1 "cannot open the tokenizer file '$tmp/missing.bin'" -i "$tmp/ok.bin" -b 1 -t 4 \
+    --sample-every 1 --tokenizer "$tmp/missing.bin"
+expect 1 "not an llm.c tokenizer file" -i "$tmp/ok.bin" -b 1 -t 4 --sample-every 1 \
+    --tokenizer "$tmp/ok.bin"
+# generate_gpt2cu: the same rules.
+bin=./generate_gpt2cu
+expect 0 "usage: generate_gpt2cu" --help
+expect 2 "a model is required" --prompt hi
+expect 2 "exactly one of --prompt TEXT and --prompt-ids" --load x
+expect 2 "exactly one of --prompt TEXT and --prompt-ids" --load x --prompt hi --prompt-ids 1
+expect 2 "--prompt is empty" --load x --prompt ""
+expect 2 "--prompt-ids needs a whole number, got 'a'" --load x --prompt-ids 1,a
+expect 2 "--prompt-ids must be in" --load x --prompt-ids -3
+expect 2 "--max-tokens must be in" --load x --prompt-ids 1 --max-tokens 0
+expect 2 "--temperature must be in" --load x --prompt-ids 1 --temperature -1
+expect 2 "--top-k must be in" --load x --prompt-ids 1 --top-k -2
+expect 2 "--print-ids must be in" --load x --prompt-ids 1 --print-ids 2
+expect 2 "unknown option" --load x --prompt-ids 1 --bogus 1
+expect 1 "could not open the model file '$tmp/missing_model.bin'" --load "$tmp/missing_model.bin" \
+    --prompt-ids 1
+expect 1 "junk.bin" --load "$tmp/junk.bin" --prompt-ids 1
+expect 1 "$tmp/empty/model.bin" --load "$tmp/empty" --prompt-ids 1
+expect 1 "too short for its 4096-byte header" --load "$tmp/run" --prompt-ids 1
+expect 1 "cannot open the tokenizer file" --load x --prompt-ids 1 --tokenizer "$tmp/missing.bin"
+# A one-token llm.c tokenizer file: it decodes, but cannot encode a text prompt.
+{ printf '\xc8\xd7\x34\x01\x02\x00\x00\x00\x01\x00\x00\x00'; head -c 1012 /dev/zero; printf '\x01a'; } \
+    >"$tmp/tok.bin"
+expect 1 "needs GPT-2's encoder.json and vocab.bpe" --load x --prompt hi --tokenizer "$tmp/tok.bin"
 echo "test_cli: $ok passed, $bad failed"
 [ "$bad" = 0 ]

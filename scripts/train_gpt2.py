@@ -277,6 +277,76 @@ def write_model(path, model, dtype):
     print(f"wrote {path}: model file version {version}")
 
 
+def read_model_file(path, model_classes, device):
+    """A model file (version 3 fp32 or 5 bf16) as a GPT2 module: the inverse of write_model."""
+    import torch
+    if not os.path.isfile(path):
+        fail(f"--greedy-from {path}: no such model file")
+    data = open(path, "rb").read()
+    h = np.frombuffer(data[:HEADER_INTS * 4], dtype="<i4") if len(data) >= HEADER_INTS * 4 else []
+    if len(h) == 0 or h[0] != MODEL_MAGIC or h[1] not in (3, 5):
+        fail(f"--greedy-from {path}: not a model file of version 3 or 5")
+    maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+    cfg = dict(n_layer=L, n_head=NH, n_embd=C, vocab_size=V, block_size=maxT, name="file")
+    model = model_classes(cfg, False)
+    shapes = [t.shape for t in file_tensors(model)]
+    count = sum(int(np.prod(s)) for s in shapes)
+    body = data[HEADER_INTS * 4:]
+    if h[1] == 3:
+        flat = np.frombuffer(body, dtype="<f4", count=count) if len(body) == 4 * count else None
+    else:
+        bits = np.frombuffer(body, dtype="<u2", count=count) if len(body) == 2 * count else None
+        flat = None if bits is None else (bits.astype(np.uint32) << 16).view(np.float32)
+    if flat is None:
+        fail(f"--greedy-from {path}: the file size does not match its header")
+    arrays, off = [], 0
+    for shape in shapes:
+        n = int(np.prod(shape))
+        arrays.append(torch.from_numpy(flat[off:off + n].reshape(shape).copy()))
+        off += n
+    wte, wpe = arrays[0], arrays[1]
+    with torch.no_grad():
+        model.wte.weight.copy_(wte[:V])
+        model.wpe.weight.copy_(wpe)
+        names = [("ln1", "weight"), ("ln1", "bias"), ("qkv", "weight"), ("qkv", "bias"),
+                 ("attn_proj", "weight"), ("attn_proj", "bias"), ("ln2", "weight"),
+                 ("ln2", "bias"), ("fc", "weight"), ("fc", "bias"), ("fc_proj", "weight"),
+                 ("fc_proj", "bias")]
+        for (mod, attr), stacked in zip(names, arrays[2:14]):
+            for l, block in enumerate(model.blocks):
+                getattr(getattr(block, mod), attr).copy_(stacked[l])
+        model.lnf.weight.copy_(arrays[14])
+        model.lnf.bias.copy_(arrays[15])
+    return model.to(device), cfg
+
+
+def greedy_decode(args):
+    """--greedy-from MODEL --prompt-ids IDS: fp32 argmax continuation, printed as 'ids: ...'."""
+    import torch
+    try:
+        ids = [int(x) for x in args.prompt_ids.split(",")]
+    except ValueError:
+        fail(f"--prompt-ids must be comma-separated token ids, got '{args.prompt_ids}'")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    set_precision(tf32=False, deterministic=True)
+    model, cfg = read_model_file(args.greedy_from, build_model_classes(), device)
+    if not ids or min(ids) < 0 or max(ids) >= cfg["vocab_size"]:
+        fail(f"--prompt-ids must be ids in [0, {cfg['vocab_size']}), got '{args.prompt_ids}'")
+    model.eval()
+    new = []
+    with torch.no_grad():
+        for _ in range(args.max_tokens):
+            window = (ids + new)[-cfg["block_size"]:]
+            logits, _ = model(torch.tensor([window], dtype=torch.long, device=device))
+            last = logits[0, -1].double()
+            top2 = torch.topk(last, 2).values if last.numel() > 1 else last
+            new.append(int(torch.argmax(last)))
+            # The margin between the two best logits: how far bf16 rounding may move before
+            # another build picks a different token.
+            print(f"token {len(new)}: {new[-1]} (margin {float(top2[0] - top2[-1]):.6f})")
+    print("ids: " + " ".join(str(i) for i in new))
+
+
 def make_optimizer(model, args, fused=False):
     import torch
     decay = [p for p in model.parameters() if p.dim() >= 2]  # wte, wpe, the four matrices
@@ -564,6 +634,11 @@ def parse_args(argv):
     w.add_argument("--doc-sep", help="split the text into documents at this string")
     w.add_argument("--val-fraction", type=float, default=0.1, help="val share of tokens (0.1)")
     w.add_argument("--prefix", help="shard name prefix (file name / 'random')")
+    w.add_argument("--greedy-from", metavar="MODEL",
+                   help="greedy (argmax) continuation of --prompt-ids with a model file, in "
+                        "fp32; prints 'ids: ...' (scripts/test_generate.sh)")
+    w.add_argument("--prompt-ids", help="comma-separated token ids of --greedy-from's prompt")
+    w.add_argument("--max-tokens", type=int, default=16, help="tokens --greedy-from adds (16)")
     w.add_argument("--random-shards", metavar="DIR", help="write shards of random token ids")
     w.add_argument("--num-tokens", type=int, help="train tokens of --random-shards")
     t = p.add_argument_group("training (also the AdamW of the debug state)")
@@ -633,6 +708,11 @@ def check_batch(args, cfg, training):
 
 def main(argv):
     parser, args = parse_args(argv)
+    if args.greedy_from:
+        if not args.prompt_ids or args.max_tokens < 1:
+            fail("--greedy-from needs --prompt-ids IDS and --max-tokens >= 1")
+        greedy_decode(args)
+        return
     util = args.tokenize or args.write_tokenizer or args.random_shards
     writes = args.write_model or args.write_state
     if not (util or writes or args.input):
