@@ -21,42 +21,10 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "host_test.h"
 #include "run_log.h"
 
 namespace {
-
-int g_passed = 0;
-int g_failed = 0;
-
-void check(bool ok, const char* fmt, ...) {
-    (ok ? g_passed : g_failed)++;
-    std::printf("%s ", ok ? "ok  " : "FAIL");
-    va_list args;
-    va_start(args, fmt);
-    std::vprintf(fmt, args);
-    va_end(args);
-    std::printf("\n");
-}
-
-std::vector<char> read_bytes(const std::string& path) {
-    std::vector<char> bytes;
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return bytes;
-    char buf[1 << 16];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.insert(bytes.end(), buf, buf + n);
-    std::fclose(f);
-    return bytes;
-}
-
-void write_bytes(const std::string& path, const std::vector<char>& bytes) {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
-        std::fprintf(stderr, "test_checkpoint: cannot write scratch file %s\n", path.c_str());
-        std::exit(2);
-    }
-    std::fclose(f);
-}
 
 bool exists(const std::string& path) {
     struct stat st;

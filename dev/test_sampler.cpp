@@ -16,24 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "host_test.h"
 #include "rng.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
 namespace {
-
-int g_passed = 0;
-int g_failed = 0;
-
-void check(bool ok, const char* fmt, ...) {
-    (ok ? g_passed : g_failed)++;
-    std::printf("%s ", ok ? "ok  " : "FAIL");
-    va_list args;
-    va_start(args, fmt);
-    std::vprintf(fmt, args);
-    va_end(args);
-    std::printf("\n");
-}
 
 // Seeded logits, roughly GPT-2's spread (a few units).
 std::vector<float> random_logits(int V, uint64_t seed) {

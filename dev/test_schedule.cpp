@@ -8,22 +8,10 @@
 #include <cstdio>
 #include <string>
 
+#include "host_test.h"
 #include "schedule.h"
 
 namespace {
-
-int g_passed = 0;
-int g_failed = 0;
-
-void check(bool ok, const char* fmt, ...) {
-    (ok ? g_passed : g_failed)++;
-    std::printf("%s ", ok ? "ok  " : "FAIL");
-    va_list args;
-    va_start(args, fmt);
-    std::vprintf(fmt, args);
-    va_end(args);
-    std::printf("\n");
-}
 
 // lr_at_step computes in double and rounds once to float, so it must equal the double formula
 // rounded to float; 1e-6 relative leaves room for libm's cos differing in the last double bit.
