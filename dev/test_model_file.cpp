@@ -33,35 +33,6 @@ void append(std::vector<char>* bytes, const T* data, size_t n) {
     bytes->insert(bytes->end(), p, p + n * sizeof(T));
 }
 
-// Runs fn in a child with stderr captured; expects exit status 1 and a message that contains
-// the path and every one of `needles`.
-void expect_refusal(const char* what, const std::string& path,
-                    const std::vector<std::string>& needles, const std::function<void()>& fn) {
-    int fds[2];
-    if (pipe(fds) != 0) std::exit(2);
-    std::fflush(stdout);  // the child's exit() would flush a copy of anything still buffered
-    const pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        fn();
-        _exit(42);  // the reader accepted the file
-    }
-    close(fds[1]);
-    std::string msg;
-    char buf[512];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof(buf))) > 0) msg.append(buf, n);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    bool ok = code == 1 && msg.find(path) != std::string::npos;
-    for (const std::string& needle : needles) ok = ok && msg.find(needle) != std::string::npos;
-    const std::string first_line = msg.substr(0, msg.find('\n'));
-    check(ok, "refuses %s: exit %d, \"%s\"", what, code, first_line.c_str());
-}
-
 void test_layout_and_presets() {
     llmc::GPT2Config d12;
     check(llmc::config_from_preset("d12", &d12), "preset d12 exists");

@@ -30,6 +30,7 @@
 // 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "check.h"
 #include "flash_attention.cuh"
@@ -694,6 +695,32 @@ void check_args(const char* op, int B, int T, int NH, int HS, const void* const*
     }
 }
 
+// Calls f(std::integral_constant<int, HS>{}) for the supported head sizes (check_args has
+// already refused the others).
+template <typename F>
+void with_head_size(const char* op, int HS, F f) {
+    switch (HS) {
+        case 16:
+            return f(std::integral_constant<int, 16>{});
+        case 32:
+            return f(std::integral_constant<int, 32>{});
+        case 48:
+            return f(std::integral_constant<int, 48>{});
+        case 64:
+            return f(std::integral_constant<int, 64>{});
+        case 80:
+            return f(std::integral_constant<int, 80>{});
+        case 96:
+            return f(std::integral_constant<int, 96>{});
+        case 112:
+            return f(std::integral_constant<int, 112>{});
+        case 128:
+            return f(std::integral_constant<int, 128>{});
+        default:
+            LLMC_FAIL("%s: unreachable head size %d.", op, HS);
+    }
+}
+
 }  // namespace
 
 size_t flash_attention_scratch_bytes(int B, int T, int NH) {
@@ -706,34 +733,8 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
     NvtxRange range("flash_attention_forward");
     const void* ptrs[] = {out, lse, qkv};
     check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
-    switch (HS) {
-        case 16:
-            forward_hs<16>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 32:
-            forward_hs<32>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 48:
-            forward_hs<48>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 64:
-            forward_hs<64>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 80:
-            forward_hs<80>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 96:
-            forward_hs<96>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 112:
-            forward_hs<112>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        case 128:
-            forward_hs<128>(ctx, out, lse, qkv, B, T, NH);
-            break;
-        default:
-            LLMC_FAIL("flash_attention_forward: unreachable head size %d.", HS);
-    }
+    with_head_size("flash_attention_forward", HS,
+                   [&](auto hs) { forward_hs<decltype(hs)::value>(ctx, out, lse, qkv, B, T, NH); });
 }
 
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
@@ -743,32 +744,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
     float* D = static_cast<float*>(scratch);
-    switch (HS) {
-        case 16:
-            backward_hs<16>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 32:
-            backward_hs<32>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 48:
-            backward_hs<48>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 64:
-            backward_hs<64>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 80:
-            backward_hs<80>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 96:
-            backward_hs<96>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 112:
-            backward_hs<112>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        case 128:
-            backward_hs<128>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
-            break;
-        default:
-            LLMC_FAIL("flash_attention_backward: unreachable head size %d.", HS);
-    }
+    with_head_size("flash_attention_backward", HS, [&](auto hs) {
+        backward_hs<decltype(hs)::value>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+    });
 }
