@@ -15,6 +15,10 @@
 #   bench     scripts/bench.sh with its four default configs (ours vs PyTorch compile)
 #   compare   scripts/compare_precision.sh (fp32 vs bf16 loss curves, 200 steps)
 #   pipeline  loader cost (prefetch / sync / no loading) and tokenizer vs tiktoken
+#   runs      scripts/test_resume.sh and scripts/test_generate.sh; a real d12 run on tiny
+#             Shakespeare (300 steps, cosine, validation every 50, samples) plotted by
+#             scripts/plot.py into $OUT/run.png; the largest B the trainer prints for d24, d36
+#             and d48 (no recompute), each trained for 4 steps
 # A stage that needs the dumps or the tinyshakespeare shards makes them when they are missing.
 # The whole set takes longer than one 10-minute device call: split it, e.g. (times are
 # estimates, not yet measured; each stage prints its own)
@@ -32,7 +36,7 @@
 # .carry/vocab.bpe (tiny Shakespeare tokenized here), .carry/commit.txt (the commit id).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ALL="build dumps tests sanitize benchops bench compare pipeline"
+ALL="build dumps tests sanitize benchops bench compare pipeline runs"
 only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -274,6 +278,32 @@ if want pipeline; then
     else
         skip_result tokenizer_bench "needs build/host/dev/bench_tokenizer and .carry/{tinyshakespeare.txt,encoder.json}"
     fi
+fi
+
+# --- runs: resume and generation tests, a real logged run and its plot, the largest batches.
+if want runs; then
+    stage runs
+    step test_resume bash scripts/test_resume.sh
+    [ -f scripts/test_generate.sh ] && step test_generate bash scripts/test_generate.sh
+    ts_data
+    if [ -n "$TS" ]; then
+        rm -rf "$LOGS/run"
+        step run_d12 ./train_gpt2cu -i "$TS" -j "${TS/_train_/_val_}" -e d12 -b 8 -t 1024 -x 300 \
+            -l 6e-4 -u 30 --lr-schedule cosine -c 0.1 -v 50 -m 4 --sample-every 100 -o "$LOGS/run"
+        step plot_run "$PY" scripts/plot.py "$LOGS/run" -o "$OUT/run.png"
+        cp "$LOGS/run/log.jsonl" "$OUT/run_log.jsonl" 2>/dev/null
+    else
+        skip_result run_d12 "no tiny Shakespeare shards"
+    fi
+    data=${TS:-}
+    [ -n "$data" ] || { "$PY" scripts/train_gpt2.py --random-shards "$D/rand" --num-tokens 3000000 \
+        --seed 7 >/dev/null && data="$D/rand/*_train_*.bin"; }
+    for m in d24 d36 d48; do
+        b=$(./train_gpt2cu -i "$data" -e $m -b 1 -t 1024 -x 1 2>&1 | grep 'largest B' |
+            sed 's/.*free: \([0-9]*\) (--recompute 0).*/\1/')
+        echo "  $m: largest B printed (recompute 0): ${b:-?}"
+        [ -n "$b" ] && step "largest_$m" ./train_gpt2cu -i "$data" -e $m -b "$b" -t 1024 -x 4
+    done
 fi
 
 end_stage
