@@ -15,14 +15,17 @@
 #   -e d12 -s 42 -x 200 -b 8 -t 1024 -l 3e-4   model preset, seed, steps, batch, length, lr
 #   -f 0|1    TF32 in the fp32 run (default 0: full fp32 matmuls, the reference)
 #   -a TOL    the bar on max |diff| (default 0.02)
+#   -n 0|1    also train the fp32 build with TF32 matmuls (default 1, when -f is 0) and print its
+#             max |diff| against fp32: how far a small, harmless perturbation alone moves the curve,
+#             the scale to read the bf16 gap against (not part of the bar)
 # Prints max |diff| over all steps and over the last 50, and PASS / FAIL; exit code 1 on FAIL.
 # The trainers are build/fp32/train_gpt2cu and build/bf16/train_gpt2cu (built when missing).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 data="" outdir=${OUT:-build/compare_precision} preset=d12 seed=42 steps=200 B=8 T=1024 lr=3e-4
-tf32=0 tol=0.02
+tf32=0 tol=0.02 noise=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
-while getopts "d:o:e:s:x:b:t:l:f:a:h" opt; do
+while getopts "d:o:e:s:x:b:t:l:f:a:n:h" opt; do
     case $opt in
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
@@ -34,6 +37,7 @@ while getopts "d:o:e:s:x:b:t:l:f:a:h" opt; do
         l) lr=$OPTARG ;;
         f) tf32=$OPTARG ;;
         a) tol=$OPTARG ;;
+        n) noise=$OPTARG ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -74,7 +78,11 @@ if ! ls $data >/dev/null 2>&1; then
 fi
 echo "data: $data | $preset seed $seed, $steps steps, B=$B T=$T lr $lr, fp32 run with --tf32 $tf32"
 
-for prec in fp32 bf16; do
+runs="fp32 bf16"
+[ "$noise" = 1 ] && [ "$tf32" = 0 ] && runs+=" tf32"
+for run in $runs; do
+    prec=$run
+    [ "$run" = tf32 ] && prec=fp32
     bin=build/$prec/train_gpt2cu
     if [ ! -x "$bin" ]; then
         echo "== building $bin (make PRECISION=${prec^^})"
@@ -84,19 +92,20 @@ for prec in fp32 bf16; do
         }
     fi
     flags=()
-    [ "$prec" = fp32 ] && flags=(--tf32 "$tf32")
+    [ "$run" = fp32 ] && flags=(--tf32 "$tf32")
+    [ "$run" = tf32 ] && flags=(--tf32 1)
     t0=$SECONDS
     if ! "$bin" -i "$data" -e "$preset" -s "$seed" -x "$steps" -b "$B" -t "$T" -l "$lr" "${flags[@]}" \
-        >"$outdir/train_$prec.log" 2>&1; then
-        echo "error: the $prec run failed; last lines of $outdir/train_$prec.log:" >&2
-        tail -n 8 "$outdir/train_$prec.log" >&2
+        >"$outdir/train_$run.log" 2>&1; then
+        echo "error: the $run run failed; last lines of $outdir/train_$run.log:" >&2
+        tail -n 8 "$outdir/train_$run.log" >&2
         exit 1
     fi
-    echo "$prec: $(grep '^summary' "$outdir/train_$prec.log") ($((SECONDS - t0)) s)"
+    echo "$run: $(grep '^summary' "$outdir/train_$run.log") ($((SECONDS - t0)) s)"
 done
 
 "$PY" - "$outdir" "$steps" "$tol" <<'EOF'
-import re, sys
+import os, re, sys
 outdir, steps, tol = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 # train_gpt2.cu prints "step %5d/%d | loss %.6f | norm ... | lr ... | ms | tok/s | MFU".
 line = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \|")
@@ -128,6 +137,14 @@ for s in sorted({1, steps // 4, steps // 2, 3 * steps // 4, steps} - {0}):
     print(f"  step {s:4d}: fp32 {fp32[s]:.4f}  bf16 {bf16[s]:.4f}  diff {bf16[s] - fp32[s]:+.4f}")
 print(f"max |diff| over all {steps} steps: {d_all:.4f} (step {s_all})")
 print(f"max |diff| over the last {min(50, steps)} steps: {d_last:.4f} (step {s_last})")
+if os.path.exists(f"{outdir}/train_tf32.log"):
+    tf32 = losses("tf32")
+    ref = [(s, abs(tf32[s] - fp32[s])) for s in range(1, steps + 1) if s in tf32]
+    if ref:
+        r = max(ref, key=lambda r: r[1])
+        r50 = max(ref[-50:], key=lambda r: r[1])
+        print(f"for scale, fp32 with TF32 matmuls vs fp32: max |diff| {r[1]:.4f} (step {r[0]}), "
+              f"{r50[1]:.4f} over the last 50 steps")
 try:
     import matplotlib
     matplotlib.use("Agg")
