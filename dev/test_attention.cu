@@ -123,12 +123,6 @@ RunBytes run_attention(const Context& ctx, DeviceTensors& d, const Shape& s, boo
                     download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(floatX))};
 }
 
-float max_abs(const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float x : v) m = std::fmax(m, std::fabs(x));
-    return m;
-}
-
 // Part p (0 = q, 1 = k, 2 = v) of a (B, T, 3C) tensor, as (B, T, C).
 std::vector<float> qkv_part(const std::vector<float>& x, size_t BT, int C, int p) {
     std::vector<float> part(BT * C);

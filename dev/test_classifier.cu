@@ -188,12 +188,6 @@ struct ChunkShape {
     int N, C, V, Vp, chunk_rows;
 };
 
-float max_abs(const std::vector<float>& x) {
-    float m = 0.0f;
-    for (float v : x) m = std::fmax(m, std::fabs(v));
-    return m;
-}
-
 void test_chunked(const Context& ctx, const ChunkShape& s, uint64_t seed) {
     std::printf("%s: N=%d C=%d V=%d Vp=%d chunk_rows=%d\n", s.name, s.N, s.C, s.V, s.Vp,
                 s.chunk_rows);

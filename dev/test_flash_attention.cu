@@ -172,12 +172,6 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, bool po
                     download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(bf16))};
 }
 
-float max_abs(const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float x : v) m = std::fmax(m, std::fabs(x));
-    return m;
-}
-
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     float m = 0.0f;
     for (size_t i = 0; i < a.size(); i++) m = std::fmax(m, std::fabs(a[i] - b[i]));

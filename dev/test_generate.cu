@@ -29,12 +29,6 @@ namespace {
 
 constexpr int kB = 3, kT = 37;
 
-float max_abs(const std::vector<float>& v) {
-    float m = 0.0f;
-    for (float x : v) m = std::max(m, std::fabs(x));
-    return m;
-}
-
 }  // namespace
 
 int main() {

@@ -11,6 +11,7 @@
 //                              for int, so an element a kernel fails to write shows up
 // upload and poison end with a device synchronize: they run on the legacy default stream, which
 // ctx.stream (created non-blocking) would not otherwise wait for. download synchronizes first.
+//   max_abs(v)                 the largest |value| of a host vector (0 for an empty one)
 //   check_close(...)           max abs / rel error and the worst element; counts pass or fail
 //   check_bitwise_equal(...)   run-to-run determinism; counts pass or fail
 //   test_summary(name)         prints "NAME: N passed, M failed" and returns the exit code
@@ -220,4 +221,10 @@ inline int test_summary(const char* test_name) {
     const TestCounts& c = test_counts();
     std::printf("%s: %d passed, %d failed\n", test_name, c.passed, c.failed);
     return c.failed == 0 && c.passed > 0 ? 0 : 1;
+}
+
+inline float max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = std::fmax(m, std::fabs(x));
+    return m;
 }
