@@ -12,7 +12,9 @@ llmc/model_file.h and llmc/dataloader.h):
   tokenizer file  --write-tokenizer PATH --encoder-dir DIR
   token shards    --tokenize FILE --encoder-dir DIR --out-dir DIR   (GPT-2 byte-level BPE)
                   --random-shards DIR --num-tokens N                (random ids, for tests)
-  training        -i GLOB [-j GLOB] ...  (one line per step, a summary, --json-summary PATH)
+  training        -i GLOB [-j GLOB] ...  (one line per step, a summary, --json-summary PATH);
+                  under torchrun data parallel (DDP), -b per rank, rank r reading rows
+                  [r*B, (r+1)*B) of the global batch a one-process run with -b world*B reads
 
 The shard and tokenizer code is in make_shards.py next to this file (no torch needed there).
 Works on torch 1.13 (CPU) and torch 2.x (CUDA); newer features (torch.compile,
@@ -55,17 +57,22 @@ def padded_vocab(v):
 # Token shards for training
 
 class ShardLoader:
-    """Batches of B*T+1 tokens from shards in name order, advancing by B*T, wrapping at the end."""
+    """Batches of B*T+1 tokens from shards in name order, advancing by B*T, wrapping at the end.
 
-    def __init__(self, pattern, B, T, vocab_size):
+    With world > 1 (DDP) each step reads a global batch of world*B rows, exactly the batch of a
+    one-process loader with B' = world*B, and this rank keeps rows [rank*B, (rank+1)*B)."""
+
+    def __init__(self, pattern, B, T, vocab_size, rank=0, world=1):
         self.files = sorted(glob.glob(pattern))
         if not self.files:
             fail(f"no file matches the shard pattern '{pattern}'")
-        self.B, self.T, self.V = B, T, vocab_size
+        self.B, self.T, self.V, self.rank, self.world = B, T, vocab_size, rank, world
         self.counts = [read_shard_count(p) for p in self.files]
+        need = world * B * T + 1
+        what = "B*T+1" if world == 1 else f"{world} ranks x B*T + 1"
         for p, n in zip(self.files, self.counts):
-            if n < B * T + 1:
-                fail(f"{p} holds {n} tokens, fewer than the B*T+1 = {B * T + 1} one batch needs; "
+            if n < need:
+                fail(f"{p} holds {n} tokens, fewer than the {what} = {need} one batch needs; "
                      "use a smaller B or T")
         self.reset()
 
@@ -81,12 +88,60 @@ class ShardLoader:
         self._load(0)
 
     def next_batch(self):
-        bt = self.B * self.T
-        buf = np.array(self.tokens[self.pos:self.pos + bt + 1], dtype=np.int64)
-        self.pos += bt
-        if self.pos + bt + 1 > self.counts[self.shard]:
+        bt, global_bt = self.B * self.T, self.world * self.B * self.T
+        start = self.pos + self.rank * bt
+        buf = np.array(self.tokens[start:start + bt + 1], dtype=np.int64)
+        self.pos += global_bt
+        if self.pos + global_bt + 1 > self.counts[self.shard]:
             self._load((self.shard + 1) % len(self.files))
         return buf[:-1].reshape(self.B, self.T), buf[1:].reshape(self.B, self.T)
+
+
+# ------------------------------------------------------------------------------------------
+# Data parallel under torchrun
+
+# NVLink multicast (NCCL's NVLS, PyTorch's symmetric memory, NVSHMEM) stays off: on our shared
+# multi-GPU hosts a program that uses it can put every GPU of the host out of service.
+NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class Dist:
+    """This process's place in a torchrun launch (RANK, WORLD_SIZE, LOCAL_RANK in the
+    environment); rank 0 of 1, touching nothing in torch.distributed, without one."""
+
+    def __init__(self, env):
+        self.on = "RANK" in env and "WORLD_SIZE" in env
+        self.rank = int(env["RANK"]) if self.on else 0
+        self.world = int(env["WORLD_SIZE"]) if self.on else 1
+        self.local_rank = int(env.get("LOCAL_RANK", 0)) if self.on else 0
+
+    def start(self, device):
+        """Joins the process group: NCCL for cuda:LOCAL_RANK, gloo on the CPU."""
+        import torch.distributed as td
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        td.init_process_group(backend)
+        print(f"data parallel: {self.world} ranks ({backend}), one per "
+              f"{'GPU' if device.type == 'cuda' else 'CPU process'}; B is per rank")
+
+    def stop(self):
+        import torch.distributed as td
+        if self.on and td.is_initialized():
+            td.destroy_process_group()
+
+    def sum(self, t):
+        """t summed over the ranks, in place (gloo has no ReduceOp.AVG); t itself alone."""
+        if self.on:
+            import torch.distributed as td
+            td.all_reduce(t)
+        return t
+
+    def gather(self, x, device):
+        """[x of rank 0, x of rank 1, ...] as floats."""
+        import torch
+        t = torch.zeros(self.world, dtype=torch.float64, device=device)
+        t[self.rank] = x
+        return [float(v) for v in self.sum(t).cpu()]
 
 
 # ------------------------------------------------------------------------------------------
@@ -487,18 +542,21 @@ def sdpa_context(name):
     return sdpa_kernel(backend)
 
 
-def train(args, model, cfg, device):
+def train(args, model, cfg, device, dist):
     with sdpa_context(args.sdpa_backend):
-        train_loop(args, model, cfg, device)
+        train_loop(args, model, cfg, device, dist)
 
 
-def train_loop(args, model, cfg, device):
+def train_loop(args, model, cfg, device, dist):
+    """Trains; under torchrun every rank runs this on its rows of each global batch and DDP
+    averages the gradients, so the steps match a one-process run with B' = world * B."""
     import torch
     set_precision(tf32=args.tf32, deterministic=False)
-    B, T = args.batch_size, args.seq_len
-    accum = args.total_batch // (B * T)
-    train_loader = ShardLoader(args.input, B, T, cfg["vocab_size"])
-    val_loader = ShardLoader(args.val_input, B, T, cfg["vocab_size"]) if args.val_input else None
+    B, T, world = args.batch_size, args.seq_len, dist.world
+    accum = args.total_batch // (B * T * world)
+    train_loader = ShardLoader(args.input, B, T, cfg["vocab_size"], dist.rank, world)
+    val_loader = (ShardLoader(args.val_input, B, T, cfg["vocab_size"], dist.rank, world)
+                  if args.val_input else None)
     opt = make_optimizer(model, args, fused=args.fused_adamw)
     cuda = device.type == "cuda"
     if args.dtype == "bfloat16":
@@ -506,11 +564,16 @@ def train_loop(args, model, cfg, device):
     else:
         import contextlib
         autocast = contextlib.nullcontext
-    fwd = model
+    fwd, ddp = model, None
+    if dist.on:
+        from torch.nn.parallel import DistributedDataParallel
+        fwd = ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     if args.compile:
         if not hasattr(torch, "compile"):
             fail(f"--compile needs torch 2 or newer; this is torch {torch.__version__}")
-        fwd = torch.compile(model)
+        # After the DDP wrap, as PyTorch advises: DDPOptimizer splits the graph at the
+        # gradient buckets so that their all-reduces overlap the backward.
+        fwd = torch.compile(fwd)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -520,12 +583,12 @@ def train_loop(args, model, cfg, device):
 
     def validate():
         val_loader.reset()
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=device)
         with torch.no_grad(), autocast():
             for _ in range(args.val_batches):
                 x, y = (torch.from_numpy(a).to(device) for a in val_loader.next_batch())
-                total += fwd(x, y)[1].item()
-        return total / args.val_batches
+                total += fwd(x, y)[1].double()
+        return dist.sum(total).item() / (args.val_batches * world)
 
     model.train()
     times, losses, val_loss = [], [], None
@@ -534,7 +597,9 @@ def train_loop(args, model, cfg, device):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=device)
-        for _ in range(accum):
+        for micro in range(accum):
+            if ddp is not None:  # all-reduce the gradients after the last micro-batch only
+                ddp.require_backward_grad_sync = micro == accum - 1
             x, y = (torch.from_numpy(a).to(device, non_blocking=True)
                     for a in train_loader.next_batch())
             with autocast():
@@ -548,7 +613,7 @@ def train_loop(args, model, cfg, device):
         opt.step()
         sync()
         ms = 1000.0 * (time.perf_counter() - t0)
-        loss_val = loss_sum.item() / accum
+        loss_val = dist.sum(loss_sum).item() / (accum * world)  # the mean over all ranks
         times.append(ms)
         losses.append(loss_val)
         print(f"step {step}/{args.steps} | loss {loss_val:.6f} | norm {norm:.4f} | lr {lr:.2e} | "
@@ -560,20 +625,30 @@ def train_loop(args, model, cfg, device):
     skip = min(args.warmup_skip, len(times) - 1)
     timed = times[skip:]
     median_ms = statistics.median(timed)
-    tok_s = args.total_batch * len(timed) / (sum(timed) / 1000.0)
+    tok_s = args.total_batch * len(timed) / (sum(timed) / 1000.0)  # all ranks' tokens
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else 0.0
+    peaks = dist.gather(peak, device)
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    peak_txt = f"{peak:.0f} MiB" if cuda else "n/a (cpu)"
-    print(f"summary: {cfg['name']} B={B} T={T} {args.dtype} compile={args.compile} "
+    peak_txt = f"{max(peaks):.0f} MiB" if cuda else "n/a (cpu)"
+    ranks_txt = ""
+    if dist.on:
+        peak_txt += " per GPU (max over ranks)" if cuda else ""
+        ranks_txt = f" x {world} ranks"
+        if cuda:
+            print("peak memory per GPU, MiB: " +
+                  ", ".join(f"rank {r} {m:.0f}" for r, m in enumerate(peaks)))
+    print(f"summary: {cfg['name']} B={B}{ranks_txt} T={T} {args.dtype} compile={args.compile} "
           f"flash={args.flash} sdpa={args.sdpa_backend} tf32={args.tf32} on {name} | median {median_ms:.2f} ms/step over "
           f"steps {skip + 1}..{args.steps} | {tok_s:.0f} tok/s | peak memory {peak_txt}")
-    if args.json_summary:
-        summary = dict(median_ms=median_ms, tok_per_s=tok_s, peak_mem_mib=peak, steps=args.steps,
-                       B=B, T=T, config=cfg["name"], model=cfg, dtype=args.dtype,
-                       compile=args.compile, flash=args.flash, tf32=args.tf32,
+    if args.json_summary and dist.rank == 0:
+        summary = dict(median_ms=median_ms, tok_per_s=tok_s, peak_mem_mib=max(peaks),
+                       steps=args.steps, B=B, T=T, config=cfg["name"], model=cfg,
+                       dtype=args.dtype, compile=args.compile, flash=args.flash, tf32=args.tf32,
                        sdpa_backend=args.sdpa_backend,
                        device_name=name, torch_version=torch.__version__, losses=losses,
                        val_loss=val_loss, total_batch=args.total_batch, step_ms=times)
+        if dist.on:  # B above is per rank; tok_per_s and total_batch count every rank
+            summary.update(world_size=world, peak_mem_mib_per_rank=peaks)
         with open(args.json_summary, "w") as f:
             json.dump(summary, f, indent=1)
         print(f"wrote {args.json_summary}")
@@ -596,6 +671,9 @@ EPILOG = """modes (several may be combined; the model is built once for the mode
   train / benchmark (when -i is given; with --write-model/--write-state only if --steps N):
     %(prog)s -i 'data/random/*_train_*.bin' -e d12 -b 4 -t 1024 --steps 50 --dtype bfloat16 \\
         --tf32 --compile --flash --fused-adamw --json-summary torch.json
+  the same on 2 GPUs (DDP, NCCL; -b per GPU; loss = mean over ranks, tok/s = all ranks' tokens):
+    torchrun --standalone --nproc_per_node 2 %(prog)s -i 'data/random/*_train_*.bin' -e d12 -b 4 \\
+        -t 1024 --steps 50 --dtype bfloat16 --tf32 --compile --flash --fused-adamw
 Training prints 'step N/M | loss L | norm G | lr X | ms D | tok/s R' per step and a summary with
 the median step time over the steps after --warmup-skip."""
 
@@ -686,7 +764,7 @@ def check_config(cfg):
         fail(f"--n-embd {cfg['n_embd']} must be a multiple of --n-head {cfg['n_head']}")
 
 
-def check_batch(args, cfg, training):
+def check_batch(args, cfg, training, world=1):
     B, T = args.batch_size, args.seq_len
     if B <= 0 or T <= 0:
         fail(f"-b and -t must be positive, got B={B}, T={T}")
@@ -695,9 +773,11 @@ def check_batch(args, cfg, training):
     if args.dump_steps < 1:
         fail(f"--dump-steps must be at least 1, got {args.dump_steps}")
     if args.total_batch is None:
-        args.total_batch = B * T
-    if args.total_batch <= 0 or args.total_batch % (B * T):
-        fail(f"--total-batch {args.total_batch} must be a positive multiple of B*T = {B * T}")
+        args.total_batch = B * T * world
+    if args.total_batch <= 0 or args.total_batch % (B * T * world):
+        what = "B*T" if world == 1 else f"B*T x {world} ranks"
+        fail(f"--total-batch {args.total_batch} must be a positive multiple of {what} = "
+             f"{B * T * world}")
     if training and (args.steps < 1 or args.val_batches < 1 or args.val_every < 0
                      or args.warmup < 0 or args.warmup_skip < 0):
         fail("--steps and --val-batches must be >= 1; --val-every, --warmup, --warmup-skip >= 0")
@@ -708,6 +788,25 @@ def check_batch(args, cfg, training):
 
 def main(argv):
     parser, args = parse_args(argv)
+    dist = Dist(os.environ)
+    if dist.on:
+        if args.greedy_from or args.tokenize or args.write_tokenizer or args.random_shards or \
+                args.write_state:
+            fail("under torchrun only training (and --write-model) runs; run the other modes "
+                 "as one plain process")
+        if not args.input:
+            fail("under torchrun give -i GLOB: several processes are for training")
+        for k, v in NO_MULTICAST_ENV.items():  # before torch and NCCL start
+            os.environ.setdefault(k, v)
+        if dist.rank > 0:  # rank 0 alone prints the step lines and writes files
+            sys.stdout = open(os.devnull, "w")
+    try:
+        run_modes(parser, args, dist)
+    finally:
+        dist.stop()
+
+
+def run_modes(parser, args, dist):
     if args.greedy_from:
         if not args.prompt_ids or args.max_tokens < 1:
             fail("--greedy-from needs --prompt-ids IDS and --max-tokens >= 1")
@@ -740,9 +839,21 @@ def main(argv):
     dev_name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", dev_name):
         fail(f"--device must be cpu, cuda or cuda:N, got '{dev_name}'")
+    if dist.on and dev_name.startswith("cuda"):
+        if dev_name != "cuda":
+            fail(f"under torchrun each rank takes cuda:LOCAL_RANK; give --device cuda, not "
+                 f"{dev_name}")
+        dev_name = f"cuda:{dist.local_rank}"
     device = torch.device(dev_name)
     if device.type == "cuda" and not torch.cuda.is_available():
         fail("--device cuda was asked for, but this torch sees no CUDA device")
+    if dist.on:
+        if device.type == "cuda":
+            if dist.local_rank >= torch.cuda.device_count():
+                fail(f"LOCAL_RANK {dist.local_rank} has no GPU: this machine has "
+                     f"{torch.cuda.device_count()}; use --nproc_per_node <= that")
+            torch.cuda.set_device(device)
+        dist.start(device)
     state = None
     if args.hf_dir:
         if not os.path.isdir(args.hf_dir):
@@ -753,7 +864,7 @@ def main(argv):
     check_config(cfg)
     cfg["name"] = args.preset if args.preset and not args.hf_dir else (
         "hf" if args.hf_dir else "L{n_layer}-NH{n_head}-C{n_embd}-V{vocab_size}".format(**cfg))
-    check_batch(args, cfg, training=args.input is not None and args.steps > 0)
+    check_batch(args, cfg, training=args.input is not None and args.steps > 0, world=dist.world)
     for path in (args.input, args.val_input):
         if path and not glob.glob(path):
             fail(f"no file matches the shard pattern '{path}'")
@@ -774,7 +885,7 @@ def main(argv):
     initial = None
     if args.write_state and args.input and args.steps > 0:
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if args.write_model:
+    if args.write_model and dist.rank == 0:
         write_model(args.write_model, model, args.model_dtype)
     if args.write_state:
         B, T = args.batch_size, args.seq_len
@@ -788,7 +899,7 @@ def main(argv):
         if initial is not None:  # training starts from the initial weights again
             model.load_state_dict(initial)
     if args.input and args.steps > 0:
-        train(args, model, cfg, device)
+        train(args, model, cfg, device, dist)
 
 
 if __name__ == "__main__":
