@@ -3,7 +3,8 @@
 #
 # CPU (always): the host tests (model files, data loader), the trainer's option checks, and the
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
-# the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77).
+# the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
+# reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
 # GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
 # build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
 # dump with CUDA graphs on and off. Without a GPU each prints SKIP and its reason.
@@ -55,6 +56,8 @@ run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
 # Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
+# Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
+run test_ddp_cpu "$PY" dev/test_ddp_cpu.py "$TESTDATA/ddp"
 
 # --- GPU tests ------------------------------------------------------------------------------
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
