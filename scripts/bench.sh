@@ -5,7 +5,7 @@
 # discarded), tok/s, MFU, device memory, and our speed as a ratio of PyTorch's tok/s (> 1 means
 # we are faster; the best PyTorch attention backend of each config is the baseline).
 #
-#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-k] [CONFIG ...]
+#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-g GPUS] [-k] [CONFIG ...]
 #
 # CONFIG is preset:B:T:precision, e.g. d12:64:1024:bf16. Default set:
 #   d12:64:1024:bf16 d12:4:1024:bf16 d12:4:1024:fp32 d24:16:1024:bf16
@@ -19,6 +19,13 @@
 #   -d GLOB    train shards; default: random-token shards written to OUTDIR/shards (step time
 #              does not depend on the token values).
 #   -o OUTDIR  logs and JSON summaries (default $OUT or build/bench).
+#   -g GPUS    GPUs per run (default 1), or a comma-separated list of counts run in turn (-g 1,2).
+#              With N > 1 ours runs as scripts/launch.sh -n N build/<prec>/train_gpt2cu and
+#              PyTorch under torchrun (DDP over NCCL), B being the micro-batch per GPU on both
+#              sides; the table then gives total tok/s (all GPUs), MFU and memory per GPU, and
+#              for N > 1 when the list holds 1, each system's scaling efficiency
+#              eff = tok/s(N) / (N x tok/s(1)). NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
+#              TORCH_SYMM_MEM_DISABLE_MULTICAST=1 unless set). -g 1 is the one-GPU table as before.
 #   -k         keep: reuse the results of runs that already succeeded in OUTDIR (to finish a
 #              benchmark that an outer time limit cut short; the table covers every config).
 # A config that fails or runs out of memory gets a row saying so; the others still run. Each
@@ -30,13 +37,15 @@ data=""
 outdir=${OUT:-build/bench}
 backends=""
 keep=0
+gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
-while getopts "s:d:o:a:kh" opt; do
+while getopts "s:d:o:a:g:kh" opt; do
     case $opt in
         s) steps=$OPTARG ;;
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
         a) backends=$OPTARG ;;
+        g) gpus=$OPTARG ;;
         k) keep=1 ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
@@ -63,6 +72,24 @@ for b in ${backends//,/ }; do
         ;;
     esac
 done
+if ! [[ "$gpus" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
+    echo "error: -g takes GPU counts, e.g. 2 or 1,2; got '$gpus'" >&2
+    exit 2
+fi
+multi=0
+have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+for n in ${gpus//,/ }; do
+    [ "$n" -gt 1 ] && multi=1
+    if [ "$n" -gt 1 ] && [ "$have" -gt 0 ] && [ "$n" -gt "$have" ]; then
+        echo "error: -g asks for $n GPUs, nvidia-smi lists $have" >&2
+        exit 2
+    fi
+done
+if [ $multi = 1 ]; then  # NVLink multicast can take a shared host's GPUs down: keep it off
+    export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+    export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+    export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+fi
 # The PyTorch that runs the reference: LLMC_PYTHON, else the first python3 with torch.
 PY=${LLMC_PYTHON:-}
 if [ -z "$PY" ]; then
@@ -123,6 +150,14 @@ run() {
     fi
 }
 
+# not_run TAG WHY: a run that could not start; its row says why.
+not_run() {
+    echo "$2" >"$outdir/$1.err"
+    rm -f "$outdir/$1.json"
+    echo "   ours: $2"
+    nfail=$((nfail + 1))
+}
+
 tags=()
 nfail=0
 for c in "${configs[@]}"; do
@@ -134,26 +169,39 @@ for c in "${configs[@]}"; do
     [ -z "$list" ] && { [ "$prec" = bf16 ] && list=flash,cudnn || list=efficient; }
     echo "== $c"
     bin=$(trainer "$prec")
-    if [ -n "$bin" ]; then
-        run "ours_$tag" "$bin" -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" -l 1e-4 --tf32 1
-    else
-        echo "build/$prec/train_gpt2cu is missing and could not be built (make PRECISION=${prec^^} build/$prec/train_gpt2cu)" \
-            >"$outdir/ours_$tag.err"
-        rm -f "$outdir/ours_$tag.json"
-        echo "   ours: $(cat "$outdir/ours_$tag.err")"
-        nfail=$((nfail + 1))
-    fi
-    for b in ${list//,/ }; do
-        run "torch_${b}_$tag" "$PY" scripts/train_gpt2.py -i "$data" -e "$model" -b "$B" -t "$T" \
-            -x "$steps" -l 1e-4 --dtype "$dtype" --tf32 --compile --fused-adamw --sdpa-backend "$b"
+    for n in ${gpus//,/ }; do
+        sfx=""  # one GPU keeps the tags of the one-GPU table (-k finds earlier runs)
+        [ "$n" -gt 1 ] && sfx="_g$n"
+        ours=("$bin")
+        [ "$n" -gt 1 ] && ours=(bash scripts/launch.sh -n "$n" "$bin")
+        torch=("$PY" scripts/train_gpt2.py)
+        [ "$n" -gt 1 ] && torch=("$PY" -m torch.distributed.run --standalone --nproc_per_node "$n"
+                                 scripts/train_gpt2.py)
+        if [ -z "$bin" ]; then
+            not_run "ours_$tag$sfx" "build/$prec/train_gpt2cu is missing and could not be built (make PRECISION=${prec^^} build/$prec/train_gpt2cu)"
+        elif [ "$n" -gt 1 ] && [ ! -f scripts/launch.sh ]; then
+            not_run "ours_$tag$sfx" "scripts/launch.sh (train_gpt2cu's multi-GPU launcher) is missing"
+        else
+            run "ours_$tag$sfx" "${ours[@]}" -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" \
+                -l 1e-4 --tf32 1
+        fi
+        for b in ${list//,/ }; do
+            run "torch_${b}_$tag$sfx" "${torch[@]}" -i "$data" -e "$model" -b "$B" -t "$T" \
+                -x "$steps" -l 1e-4 --dtype "$dtype" --tf32 --compile --fused-adamw --sdpa-backend "$b"
+        done
     done
     tags+=("$tag:$list")
 done
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit.txt 2>/dev/null || echo unknown)
-"$PY" - "$outdir" "$commit" "${tags[@]}" <<'EOF'
+BENCH_GPUS=$gpus "$PY" - "$outdir" "$commit" "${tags[@]}" <<'EOF'
 import datetime, json, os, sys
 outdir, commit, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+if os.environ["BENCH_GPUS"] != "1":
+    sys.path.insert(0, "scripts")
+    from bench_table import multi_gpu_table
+    multi_gpu_table(outdir, commit, specs, [int(n) for n in os.environ["BENCH_GPUS"].split(",")])
+    sys.exit(0)
 
 def load(name):
     try:
