@@ -120,7 +120,11 @@ class Dist:
         """Joins the process group: NCCL for cuda:LOCAL_RANK, gloo on the CPU."""
         import torch.distributed as td
         backend = "nccl" if device.type == "cuda" else "gloo"
-        td.init_process_group(backend)
+        kw = {}
+        if device.type == "cuda" and "device_id" in inspect.signature(
+                td.init_process_group).parameters:  # torch >= 2.3: binds NCCL to this GPU
+            kw["device_id"] = device
+        td.init_process_group(backend, **kw)
         print(f"data parallel: {self.world} ranks ({backend}), one per "
               f"{'GPU' if device.type == 'cuda' else 'CPU process'}; B is per rank")
 
