@@ -57,7 +57,7 @@ run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TES
 # Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
-run test_ddp_cpu "$PY" dev/test_ddp_cpu.py "$TESTDATA/ddp"
+run test_ddp_cpu "$PY" dev/test_ddp.py "$TESTDATA/ddp"
 
 # --- GPU tests ------------------------------------------------------------------------------
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
