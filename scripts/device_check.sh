@@ -289,7 +289,7 @@ if want runs; then
     if [ -n "$TS" ]; then
         rm -rf "$LOGS/run"
         step run_d12 ./train_gpt2cu -i "$TS" -j "${TS/_train_/_val_}" -e d12 -b 8 -t 1024 -x 300 \
-            -l 6e-4 -u 30 --lr-schedule cosine -c 0.1 -v 50 -m 4 --sample-every 100 -o "$LOGS/run"
+            -l 6e-4 -u 30 --lr-schedule cosine -c 0.1 -v 25 -m 4 --sample-every 100 -o "$LOGS/run"
         step plot_run "$PY" scripts/plot.py "$LOGS/run" -o "$OUT/run.png"
         cp "$LOGS/run/log.jsonl" "$OUT/run_log.jsonl" 2>/dev/null
     else
