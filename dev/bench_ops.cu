@@ -36,6 +36,7 @@
 #include "encoder.cuh"
 #include "global_norm.cuh"
 #include "layernorm.cuh"
+#include "matmul.cuh"
 #include "test_util.cuh"
 
 namespace {
@@ -213,7 +214,7 @@ void bench_encoder(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
 void bench_layernorm(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     const size_t NC = (size_t)kN * kC;
     DeviceBuffer<floatX> inp1(NC), inp2(NC), residual(NC), out(NC), dout(NC), dinp(NC);
-    DeviceBuffer<floatX> weight(kC), bias(kC), dweight(kC), dbias(kC);
+    DeviceBuffer<floatX> weight(kC), bias(kC), dweight(kC), dbias(kC), dres_bias(kC);
     DeviceBuffer<float> mean(kN), rstd(kN);
     DeviceBuffer<unsigned char> scratch(layernorm_backward_scratch_bytes(ctx, kN, kC));
     fill(ctx, inp1.get(), NC, 21, -1.0f, 1.0f);
@@ -224,6 +225,7 @@ void bench_layernorm(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     fill(ctx, dinp.get(), NC, 26, -0.01f, 0.01f);
     fill(ctx, dweight.get(), kC, 27, -0.01f, 0.01f);
     fill(ctx, dbias.get(), kC, 28, -0.01f, 0.01f);
+    fill(ctx, dres_bias.get(), kC, 29, -0.01f, 0.01f);
     const double nc = (double)NC;
     Timing t = timer.time([&] {
         layernorm_forward(ctx, out.get(), mean.get(), rstd.get(), inp1.get(), weight.get(),
@@ -240,11 +242,29 @@ void bench_layernorm(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     // mean and rstd of `residual` are what the forward just saved: the backward's real inputs.
     t = timer.time([&] {
         layernorm_backward(ctx, dinp.get(), dweight.get(), dbias.get(), scratch.get(), dout.get(),
-                           residual.get(), weight.get(), mean.get(), rstd.get(), kN, kC);
+                           residual.get(), weight.get(), mean.get(), rstd.get(), kN, kC,
+                           dres_bias.get());
     });
-    // dout, inp read; dinp read and written (+=); weight read; dweight, dbias read and written.
+    // dout, inp read; dinp read and written (+=); weight read; dweight, dbias and the residual
+    // projection's bias gradient read and written (the call the model makes).
     rows->push_back(
-        {"layernorm_backward", "X*(4*N*C + 5*C) + 8N", kX * (4 * nc + 5.0 * kC) + 8.0 * kN, t});
+        {"layernorm_backward", "X*(4*N*C + 7*C) + 8N", kX * (4 * nc + 7.0 * kC) + 8.0 * kN, t});
+}
+
+// Bias gradients of the two projections whose output gradient is not the residual stream's
+// (those two come out of the layernorm backward): qkv (3C) and fc (4C).
+void bench_bias_backward(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
+    for (int OC : {3 * kC, 4 * kC}) {
+        const size_t n = (size_t)kN * OC;
+        DeviceBuffer<floatX> dout(n), dbias(OC);
+        DeviceBuffer<float> scratch(matmul_bias_scratch_floats(OC));
+        fill(ctx, dout.get(), n, 51, -0.01f, 0.01f);
+        fill(ctx, dbias.get(), OC, 52, -0.01f, 0.01f);
+        const Timing t = timer.time(
+            [&] { matmul_bias_backward(ctx, dbias.get(), scratch.get(), dout.get(), kN, OC); });
+        const std::string name = "bias backward, OC = " + std::to_string(OC / kC) + "C";
+        rows->push_back({name, "X*(N*OC + 2*OC)", kX * ((double)n + 2.0 * OC), t});
+    }
 }
 
 void bench_classifier(const Context& ctx, Timer& timer, int R, std::vector<Row>* rows) {
@@ -382,6 +402,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     bench_encoder(ctx, timer, &rows);
     bench_layernorm(ctx, timer, &rows);
+    bench_bias_backward(ctx, timer, &rows);
     bench_classifier(ctx, timer, rows_R, &rows);
     bench_optimizer(ctx, timer, &rows);
 

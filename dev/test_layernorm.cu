@@ -40,7 +40,7 @@ struct Shape {
 };
 
 struct Data {
-    std::vector<float> inp, inp2, weight, bias, dout, dinp0, dweight0, dbias0;
+    std::vector<float> inp, inp2, weight, bias, dout, dinp0, dweight0, dbias0, dres0;
 };
 
 Data make_data(const Shape& s, uint64_t seed) {
@@ -55,6 +55,7 @@ Data make_data(const Shape& s, uint64_t seed) {
     d.bias.resize(s.C);
     d.dweight0.resize(s.C);
     d.dbias0.resize(s.C);
+    d.dres0.resize(s.C);
     fill_uniform(d.inp, rng, 1.0f, 3.0f);
     fill_uniform(d.inp2, rng, -1.0f, 1.0f);
     fill_uniform(d.weight, rng, 0.5f, 1.5f);
@@ -63,15 +64,16 @@ Data make_data(const Shape& s, uint64_t seed) {
     fill_uniform(d.dinp0, rng, -1.0f, 1.0f);
     fill_uniform(d.dweight0, rng, -1.0f, 1.0f);
     fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
-    for (std::vector<float>* v :
-         {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0, &d.dweight0, &d.dbias0}) {
+    fill_uniform(d.dres0, rng, -1.0f, 1.0f);
+    for (std::vector<float>* v : {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0,
+                                  &d.dweight0, &d.dbias0, &d.dres0}) {
         round_to_floatx(*v);
     }
     return d;
 }
 
 struct Device {
-    DeviceBuffer<floatX> inp, inp2, residual, out, weight, bias, dout, dinp, dweight, dbias;
+    DeviceBuffer<floatX> inp, inp2, residual, out, weight, bias, dout, dinp, dweight, dbias, dres;
     DeviceBuffer<float> mean, rstd;
     DeviceBuffer<unsigned char> scratch;
     Device(const Context& ctx, const Shape& s)
@@ -85,6 +87,7 @@ struct Device {
           dinp((size_t)s.N * s.C),
           dweight(s.C),
           dbias(s.C),
+          dres(s.C),
           mean(s.N),
           rstd(s.N),
           scratch(layernorm_backward_scratch_bytes(ctx, s.N, s.C)) {}
@@ -139,18 +142,20 @@ void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     check_forward("fused_residual_layernorm", g, out, mean, rstd);
 }
 
-// Restores the accumulated gradients, poisons the scratch, runs; returns the gradient bytes.
+// Restores the accumulated gradients, poisons the scratch, runs (with the residual-bias sums
+// when with_dres); returns the gradient bytes.
 std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, const Data& d,
-                                        Device& g) {
+                                        Device& g, bool with_dres) {
     upload(g.dinp.get(), d.dinp0);
     upload(g.dweight.get(), d.dweight0);
     upload(g.dbias.get(), d.dbias0);
+    upload(g.dres.get(), d.dres0);
     poison(g.scratch.get(), g.scratch.size());
     layernorm_backward(ctx, g.dinp.get(), g.dweight.get(), g.dbias.get(), g.scratch.get(),
                        g.dout.get(), g.inp.get(), g.weight.get(), g.mean.get(), g.rstd.get(), s.N,
-                       s.C);
+                       s.C, with_dres ? g.dres.get() : nullptr);
     std::vector<unsigned char> bytes = download_bytes(g.dinp.get(), g.dinp.size() * sizeof(floatX));
-    for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias}) {
+    for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias, &g.dres}) {
         const std::vector<unsigned char> more =
             download_bytes(b->get(), b->size() * sizeof(floatX));
         bytes.insert(bytes.end(), more.begin(), more.end());
@@ -166,14 +171,34 @@ void test_backward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     std::vector<float> dinp = d.dinp0, dweight = d.dweight0, dbias = d.dbias0;
     cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), d.dout.data(), d.inp.data(),
                             d.weight.data(), mean.data(), rstd.data(), s.N, s.C);
-    const std::vector<unsigned char> first = run_backward(ctx, s, d, g);
+    const std::vector<unsigned char> plain = run_backward(ctx, s, d, g, false);
+    check_close("layernorm_backward dres_bias untouched when not asked for",
+                download(g.dres.get(), g.dres.size()), d.dres0, 0.0f, 0.0f);
+    const std::vector<unsigned char> first = run_backward(ctx, s, d, g, true);
     check_close("layernorm_backward dinp", download(g.dinp.get(), g.dinp.size()), dinp, kDinpAtol,
                 kOutRtol);
     check_close("layernorm_backward dweight", download(g.dweight.get(), g.dweight.size()), dweight,
                 kParamGradAtol, kOutRtol);
     check_close("layernorm_backward dbias", download(g.dbias.get(), g.dbias.size()), dbias,
                 kParamGradAtol, kOutRtol);
-    const std::vector<unsigned char> second = run_backward(ctx, s, d, g);
+    // dres_bias += column sums of the updated dinp, as the device stored it (rounded to floatX):
+    // the reference sums the device's own dinp in double, so only the sum's order differs.
+    {
+        const std::vector<float> dinp_dev = download(g.dinp.get(), g.dinp.size());
+        std::vector<double> col(s.C, 0.0);
+        for (int n = 0; n < s.N; n++) {
+            for (int c = 0; c < s.C; c++) col[c] += dinp_dev[(size_t)n * s.C + c];
+        }
+        std::vector<float> dres(s.C);
+        for (int c = 0; c < s.C; c++) dres[c] = (float)(d.dres0[c] + col[c]);
+        check_close("layernorm_backward dres_bias", download(g.dres.get(), g.dres.size()), dres,
+                    kParamGradAtol, kOutRtol);
+    }
+    const size_t same = ((size_t)s.N * s.C + 2 * (size_t)s.C) * sizeof(floatX);
+    check_bitwise_equal("layernorm_backward dinp, dweight, dbias the same with dres_bias",
+                        std::vector<unsigned char>(plain.begin(), plain.begin() + same),
+                        std::vector<unsigned char>(first.begin(), first.begin() + same));
+    const std::vector<unsigned char> second = run_backward(ctx, s, d, g, true);
     check_bitwise_equal("layernorm_backward run-to-run", first, second);
 }
 

@@ -100,7 +100,7 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->datty = a->take<floatX>(N * C, "backward scratch");
     acts->dqkv = a->take<floatX>(N * 3 * C, "backward scratch");
     acts->dfch = a->take<floatX>(N * 4 * C, "backward scratch");
-    acts->dbias_scratch = a->take<float>(4 * C, "backward scratch");
+    acts->dbias_scratch = a->take<float>(matmul_bias_scratch_floats(4 * C), "backward scratch");
     acts->recompute_mean = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->recompute_rstd = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->att_scratch =
@@ -363,8 +363,11 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     const ParamLayout& lay = m->layout;
 
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
+    // The projections that add to the residual stream (attproj, fcproj) take their bias
+    // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
-                       a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C);
+                       a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C,
+                       g[kFcprojb] + layer_slice(lay, kFcprojb, L - 1, L));
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
@@ -377,7 +380,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
-                        g[kFcprojb] + layer_slice(lay, kFcprojb, l, L), a.dbias_scratch,
+                        /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
                         a.dresidual, a.fch_gelu.at(l),
                         p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l));
         if (recompute >= 2) {
@@ -389,10 +392,11 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                         a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
-                           a.ln2_rstd + (size_t)l * N, N, C);
+                           a.ln2_rstd + (size_t)l * N, N, C,
+                           g[kAttprojb] + layer_slice(lay, kAttprojb, l, L));
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
         matmul_backward(ctx, a.datty, g[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
-                        g[kAttprojb] + layer_slice(lay, kAttprojb, l, L), a.dbias_scratch,
+                        /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
                         a.dresidual, a.atty.at(l), p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                         N, C, C);
         attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
@@ -406,7 +410,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                         a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
-                           a.ln1_rstd + (size_t)l * N, N, C);
+                           a.ln1_rstd + (size_t)l * N, N, C,
+                           l > 0 ? g[kFcprojb] + layer_slice(lay, kFcprojb, l - 1, L) : nullptr);
     }
     encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
 }

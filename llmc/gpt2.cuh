@@ -86,7 +86,7 @@ struct GPT2Activations {
     floatX* datty;          // (N, C)
     floatX* dqkv;           // (N, 3C)
     floatX* dfch;           // (N, 4C)
-    float* dbias_scratch;   // (4C)
+    float* dbias_scratch;   // matmul_bias_scratch_floats(4C)
     float* recompute_mean;  // (N)  statistics of a recomputed layernorm (recompute == 2)
     float* recompute_rstd;  // (N)
     void* att_scratch;

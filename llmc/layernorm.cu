@@ -37,11 +37,20 @@ constexpr float kEps = 1e-5f;
 // memory a kernel gets without opting in, so C <= 6144 leaves room for at least one warp.
 constexpr int kBackwardMaxWarps = 8;
 constexpr size_t kBackwardSmemBytes = 48 * 1024;
-constexpr int kMaxC = (int)(kBackwardSmemBytes / (2 * sizeof(float)));
-constexpr int kBackwardBlocksPerSm = 4;
+// The backward's partial sums per column: dweight, dbias and the new dinp (dres_bias).
+constexpr int kSums = 3;
+constexpr int kMaxC = (int)(kBackwardSmemBytes / (kSums * sizeof(float)));
+constexpr int kBackwardBlocksPerSm = 2;  // what fits: 2 x 256 threads x 128 registers
 // Rows of up to kMaxRegisterIters * 32 * kVecX elements take the register-held kernels.
 // 7 covers GPT-2's widest row in bf16 (C = 1600); 8 spills in the backward.
 constexpr int kMaxRegisterIters = 7;
+// The backward keeps three sums per column in registers (kSums): past 40 values per lane (5
+// iterations in bf16) it spills, so wider rows (GPT-2 XL's C = 1600 in bf16) take the
+// warp-per-row backward. Up to 24 values per lane (GPT-2 small's C = 768) it fits in 128
+// registers: 2 blocks per SM.
+constexpr int kMaxBackwardRegisterIters =
+    40 / kVecX < kMaxRegisterIters ? 40 / kVecX : kMaxRegisterIters;
+constexpr int kBackwardTwoBlocksValues = 24;
 // Partial-sum reduction: 32 columns per block, 8 groups of partial rows per column.
 constexpr int kReduceCols = 32;
 constexpr int kReduceGroups = 8;
@@ -210,24 +219,26 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
 }
 
 // One warp per row (rows strided over the grid). Writes dinp and this block's partial row
-// partials[blockIdx.x] = (sum of dout * xhat, sum of dout) over the block's rows.
-// Dynamic shared memory: warps * 2 * C floats.
+// partials[blockIdx.x] = (sum of dout * xhat, sum of dout, sum of the new dinp) over the block's
+// rows (the last: the bias gradient of the projection whose output dinp is the gradient of).
+// Dynamic shared memory: warps * kSums * C floats.
 template <int kVec>
 __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp,     // (N, C)
-                                                       float* __restrict__ partials,  // (G, 2, C)
+                                                       float* __restrict__ partials,  // (G, 3, C)
                                                        const floatX* __restrict__ dout,    // (N, C)
                                                        const floatX* __restrict__ inp,     // (N, C)
                                                        const floatX* __restrict__ weight,  // (C)
                                                        const float* __restrict__ mean,     // (N)
                                                        const float* __restrict__ rstd,     // (N)
                                                        int N, int C) {
-    extern __shared__ float warp_sums[];  // (warps, 2, C)
+    extern __shared__ float warp_sums[];  // (warps, kSums, C)
     const int warps = blockDim.x / kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
-    float* dw_acc = warp_sums + (size_t)warp * 2 * C;
+    float* dw_acc = warp_sums + (size_t)warp * kSums * C;
     float* db_acc = dw_acc + C;
-    for (int c = lane; c < 2 * C; c += kWarpSize) {
+    float* dr_acc = db_acc + C;
+    for (int c = lane; c < kSums * C; c += kWarpSize) {
         dw_acc[c] = 0.0f;
     }
     __syncwarp();
@@ -265,67 +276,73 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
                     from_float<floatX>(to_float(d.v[k]) + s * (dn - mean_dn - xhat * mean_dn_xhat));
                 dw_acc[c + k] += gk * xhat;
                 db_acc[c + k] += gk;
+                dr_acc[c + k] += to_float(d.v[k]);
             }
             store_vec<kVec>(dinp + base + c, d);
         }
     }
     __syncthreads();
     // This block's partial row: its warps' slices summed in warp order.
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    for (int c = threadIdx.x; c < kSums * C; c += blockDim.x) {
         float total = 0.0f;
         for (int w = 0; w < warps; w++) {
-            total += warp_sums[(size_t)w * 2 * C + c];
+            total += warp_sums[(size_t)w * kSums * C + c];
         }
-        partials[(size_t)blockIdx.x * 2 * C + c] = total;
+        partials[(size_t)blockIdx.x * kSums * C + c] = total;
     }
 }
 
-// The same backward with each row read once into registers and each lane's weight and bias
-// gradient sums kept in registers (a lane owns the same columns in every row, as in the
-// forward above), so the inner loop does no shared-memory read-modify-write. At the end the
-// block adds its warps' sums in warp order in shared memory (2C floats): the same order as the
-// kernel above, so dinp and the partial rows are bit-identical to it. C <= kIters * 32 * kVec.
+// The same backward with each row's dout read once into registers (inp is read again in the
+// second pass, mostly from L1/L2) and each lane's column sums kept in registers (a lane owns the
+// same columns in every row, as in the forward above), so the inner loop does no shared-memory
+// read-modify-write. At the end the block adds its warps' sums in warp order in shared memory
+// (kSums * C floats): the same order as the kernel above, so dinp and the partial rows are
+// bit-identical to it. C <= kIters * 32 * kVec.
 template <int kVec, int kIters>
-__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
+                                  kIters* kVec <= kBackwardTwoBlocksValues ? 2 : 1)
     layernorm_backward_row_in_registers_kernel(floatX* __restrict__ dinp,          // (N, C)
-                                               float* __restrict__ partials,       // (G, 2, C)
+                                               float* __restrict__ partials,       // (G, 3, C)
                                                const floatX* __restrict__ dout,    // (N, C)
                                                const floatX* __restrict__ inp,     // (N, C)
                                                const floatX* __restrict__ weight,  // (C)
                                                const float* __restrict__ mean,     // (N)
                                                const float* __restrict__ rstd,     // (N)
                                                int N, int C) {
-    extern __shared__ float block_sums[];  // (2, C)
+    extern __shared__ float block_sums[];  // (kSums, C)
     const int warps = blockDim.x / kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
-    float dw[kIters][kVec], db[kIters][kVec];
+    float dw[kIters][kVec], db[kIters][kVec], dr[kIters][kVec];
 #pragma unroll
     for (int i = 0; i < kIters; i++) {
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
             dw[i][k] = 0.0f;
             db[i][k] = 0.0f;
+            dr[i][k] = 0.0f;
         }
     }
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
         const size_t base = (size_t)row * C;
         const float m = mean[row];
         const float s = rstd[row];
-        Vec<floatX, kVec> g[kIters], x[kIters];
+        // dout stays in registers; inp is read again in the second pass (from L1/L2: this warp
+        // just read the row), which keeps the kernel at 2 blocks per SM with the third sum.
+        Vec<floatX, kVec> g[kIters];
         float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
 #pragma unroll
         for (int i = 0; i < kIters; i++) {
             const int c = (i * kWarpSize + lane) * kVec;
             if (c < C) {
                 g[i] = load_vec<kVec>(dout + base + c);
-                x[i] = load_vec<kVec>(inp + base + c);
+                const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
                 const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
 #pragma unroll
                 for (int k = 0; k < kVec; k++) {
                     const float dn = to_float(g[i].v[k]) * to_float(w.v[k]);
                     sum_dn += dn;
-                    sum_dn_xhat += dn * (to_float(x[i].v[k]) - m) * s;
+                    sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
                 }
             }
         }
@@ -336,16 +353,18 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
             const int c = (i * kWarpSize + lane) * kVec;
             if (c < C) {
                 const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+                const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
                 Vec<floatX, kVec> d = load_vec<kVec>(dinp + base + c);
 #pragma unroll
                 for (int k = 0; k < kVec; k++) {
                     const float gk = to_float(g[i].v[k]);
-                    const float xhat = (to_float(x[i].v[k]) - m) * s;
+                    const float xhat = (to_float(x.v[k]) - m) * s;
                     const float dn = gk * to_float(w.v[k]);
                     d.v[k] = from_float<floatX>(to_float(d.v[k]) +
                                                 s * (dn - mean_dn - xhat * mean_dn_xhat));
                     dw[i][k] += gk * xhat;
                     db[i][k] += gk;
+                    dr[i][k] += to_float(d.v[k]);
                 }
                 store_vec<kVec>(dinp + base + c, d);
             }
@@ -362,44 +381,49 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
                     for (int k = 0; k < kVec; k++) {
                         const float prev_w = w == 0 ? 0.0f : block_sums[c + k];
                         const float prev_b = w == 0 ? 0.0f : block_sums[C + c + k];
+                        const float prev_r = w == 0 ? 0.0f : block_sums[2 * C + c + k];
                         block_sums[c + k] = prev_w + dw[i][k];
                         block_sums[C + c + k] = prev_b + db[i][k];
+                        block_sums[2 * C + c + k] = prev_r + dr[i][k];
                     }
                 }
             }
         }
         __syncthreads();
     }
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-        partials[(size_t)blockIdx.x * 2 * C + c] = block_sums[c];
+    for (int c = threadIdx.x; c < kSums * C; c += blockDim.x) {
+        partials[(size_t)blockIdx.x * kSums * C + c] = block_sums[c];
     }
 }
 
-// Column sums of partials (G, 2C) in a fixed order, added into dweight | dbias. Block: 32
-// columns x kReduceGroups groups; group y sums partial rows y, y + groups, ... in order, then
-// group 0 sums the groups in order.
+// Column sums of partials (G, 3C) in a fixed order, added into dweight | dbias | dres_bias (the
+// last only when given: sums = 3, else 2). Block: 32 columns x kReduceGroups groups; group y
+// sums partial rows y, y + groups, ... in order, then group 0 sums the groups in order.
 __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight,        // (C)
                                                     floatX* __restrict__ dbias,          // (C)
-                                                    const float* __restrict__ partials,  // (G, 2C)
-                                                    int G, int C) {
+                                                    floatX* __restrict__ dres_bias,      // (C)
+                                                    const float* __restrict__ partials,  // (G, 3C)
+                                                    int G, int C, int sums) {
     __shared__ float group_sums[kReduceGroups][kReduceCols];
     const int col = blockIdx.x * kReduceCols + threadIdx.x;
     float acc = 0.0f;
-    if (col < 2 * C) {
+    if (col < sums * C) {
         for (int g = threadIdx.y; g < G; g += kReduceGroups) {
-            acc += partials[(size_t)g * 2 * C + col];
+            acc += partials[(size_t)g * kSums * C + col];
         }
     }
     group_sums[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
-    if (threadIdx.y != 0 || col >= 2 * C) {
+    if (threadIdx.y != 0 || col >= sums * C) {
         return;
     }
     float total = 0.0f;
     for (int g = 0; g < kReduceGroups; g++) {
         total += group_sums[g][threadIdx.x];
     }
-    floatX* dst = col < C ? dweight + col : dbias + (col - C);
+    floatX* dst = col < C       ? dweight + col
+                  : col < 2 * C ? dbias + (col - C)
+                                : dres_bias + (col - 2 * C);
     *dst = from_float<floatX>(to_float(*dst) + total);
 }
 
@@ -411,7 +435,7 @@ struct BackwardShape {
 };
 BackwardShape backward_shape(const Context& ctx, int N, int C) {
     BackwardShape b;
-    b.warps = (int)(kBackwardSmemBytes / (2 * sizeof(float) * (size_t)C));
+    b.warps = (int)(kBackwardSmemBytes / (kSums * sizeof(float) * (size_t)C));
     if (b.warps > kBackwardMaxWarps) {
         b.warps = kBackwardMaxWarps;
     }
@@ -427,16 +451,23 @@ int register_iters(int C) {
     return iters <= kMaxRegisterIters ? iters : 0;
 }
 
-// Calls f(std::integral_constant<int, I>{}) for the I = iters in 1..kMaxRegisterIters.
-template <typename F>
+// Calls f(std::integral_constant<int, I>{}) for I = iters in 1..kMax (kMax <= 7; larger iters
+// take kMax). Only I <= kMax are instantiated.
+template <int kMax, typename F>
 void with_iters(int iters, F f) {
-    if (iters == 1) return f(std::integral_constant<int, 1>{});
-    if (iters == 2) return f(std::integral_constant<int, 2>{});
-    if (iters == 3) return f(std::integral_constant<int, 3>{});
-    if (iters == 4) return f(std::integral_constant<int, 4>{});
-    if (iters == 5) return f(std::integral_constant<int, 5>{});
-    if (iters == 6) return f(std::integral_constant<int, 6>{});
-    return f(std::integral_constant<int, kMaxRegisterIters>{});
+    static_assert(kMax >= 1 && kMax <= 7, "with_iters: kMax must be in 1..7");
+    if (iters <= 1) return f(std::integral_constant<int, 1>{});
+    if constexpr (kMax >= 2)
+        if (iters == 2) return f(std::integral_constant<int, 2>{});
+    if constexpr (kMax >= 3)
+        if (iters == 3) return f(std::integral_constant<int, 3>{});
+    if constexpr (kMax >= 4)
+        if (iters == 4) return f(std::integral_constant<int, 4>{});
+    if constexpr (kMax >= 5)
+        if (iters == 5) return f(std::integral_constant<int, 5>{});
+    if constexpr (kMax >= 6)
+        if (iters == 6) return f(std::integral_constant<int, 6>{});
+    return f(std::integral_constant<int, kMax>{});
 }
 
 // kVec == kVecX: the row-in-registers kernel when C allows it; kVec == 1: the generic one.
@@ -447,7 +478,7 @@ void launch_layernorm_forward(const Context& ctx, floatX* out, float* mean, floa
     const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
     const int iters = kVec == kVecX ? register_iters(C) : 0;
     if (iters > 0) {
-        with_iters(iters, [&](auto it) {
+        with_iters<kMaxRegisterIters>(iters, [&](auto it) {
             layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value, kResidual>
                 <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(
                     out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
@@ -509,12 +540,12 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)", N,
                C, kMaxC);
-    return (size_t)backward_shape(ctx, N, C).blocks * 2 * C * sizeof(float);
+    return (size_t)backward_shape(ctx, N, C).blocks * kSums * C * sizeof(float);
 }
 
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
-                        const float* mean, const float* rstd, int N, int C) {
+                        const float* mean, const float* rstd, int N, int C, floatX* dres_bias) {
     NvtxRange range("layernorm_backward");
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC,
                "layernorm_backward: bad shape N=%d C=%d (C must be at most %d)", N, C, kMaxC);
@@ -524,15 +555,15 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     LLMC_CHECK(dinp != dout, "layernorm_backward: dinp must not alias dout");
     const BackwardShape shape = backward_shape(ctx, N, C);
     float* partials = static_cast<float*>(scratch);
-    const size_t smem = (size_t)shape.warps * 2 * C * sizeof(float);
+    const size_t smem = (size_t)shape.warps * kSums * C * sizeof(float);
     const bool vec =
         C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     const int iters = vec ? register_iters(C) : 0;
-    if (iters > 0) {
+    if (iters > 0 && iters <= kMaxBackwardRegisterIters) {
         // Only the block's (2, C) sums live in shared memory here.
-        with_iters(iters, [&](auto it) {
+        with_iters<kMaxBackwardRegisterIters>(iters, [&](auto it) {
             layernorm_backward_row_in_registers_kernel<kVecX, decltype(it)::value>
-                <<<shape.blocks, shape.warps * kWarpSize, 2 * C * sizeof(float), ctx.stream>>>(
+                <<<shape.blocks, shape.warps * kWarpSize, kSums * C * sizeof(float), ctx.stream>>>(
                     dinp, partials, dout, inp, weight, mean, rstd, N, C);
         });
     } else if (vec) {
@@ -545,8 +576,10 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                                                                           weight, mean, rstd, N, C);
     }
     CUDA_CHECK_LAST();
-    const int reduce_blocks = (2 * C + kReduceCols - 1) / kReduceCols;
+    const int sums = dres_bias != nullptr ? 3 : 2;
+    const int reduce_blocks = (sums * C + kReduceCols - 1) / kReduceCols;
     layernorm_param_grads_reduce_kernel<<<reduce_blocks, dim3(kReduceCols, kReduceGroups), 0,
-                                          ctx.stream>>>(dweight, dbias, partials, shape.blocks, C);
+                                          ctx.stream>>>(dweight, dbias, dres_bias, partials,
+                                                        shape.blocks, C, sums);
     CUDA_CHECK_LAST();
 }

@@ -3,7 +3,12 @@
 //                      are saved for backward. rstd = 1 / sqrt(biased var + 1e-5).
 //   fused_residual_layernorm_forward: residual = inp1 + inp2, then out = layernorm(residual).
 //   layernorm_backward: ACCUMULATES into dinp, dweight, dbias. Deterministic: the weight and
-//                       bias gradients are reduced in a fixed order through `scratch`.
+//                       bias gradients are reduced in a fixed order through `scratch`. With
+//                       dres_bias, also dres_bias += the column sums of the updated dinp: in
+//                       GPT-2 dinp is the gradient of the residual stream, which is the output
+//                       gradient of the projection that added to it, so this is that
+//                       projection's bias gradient, summed here while dinp is in registers
+//                       instead of read again by the matmul backward.
 // Statistics and sums are in float whatever floatX is.
 #pragma once
 #include "context.cuh"
@@ -21,4 +26,5 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
-                        const float* mean, const float* rstd, int N, int C);
+                        const float* mean, const float* rstd, int N, int C,
+                        floatX* dres_bias = nullptr);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "device_utils.cuh"
 #include "matmul.cuh"
 
 struct MatmulPlan {
@@ -245,7 +246,84 @@ __global__ void bias_grad_accumulate_kernel(floatX* __restrict__ dbias,
     if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + to_float(partial[i]));
 }
 
+// Bias gradient without cuBLASLt's BGRADB (which runs as a separate reduction kernel at ~70% of
+// the copy bandwidth): dbias (OC) += column sums of dout (N, OC), deterministic. Stage 1: block
+// (strip, r) sums rows [r * rows, (r + 1) * rows) of a strip of 32 * kVecX columns; its warps take
+// every kBiasWarps-th row, each lane kVecX adjacent columns (16-byte loads), then the warps' sums
+// are added in warp order into partial row r. Stage 2 adds the kBiasRowBlocks partial rows in
+// order. The partition does not depend on the device, so neither do the bits.
+constexpr int kBiasRowBlocks = 64;
+constexpr int kBiasWarps = 8;
+constexpr int kBiasStrip = kWarpSize * kVecX;
+
+__global__ void __launch_bounds__(kBiasWarps* kWarpSize)
+    bias_backward_partial_kernel(float* __restrict__ partial,      // (kBiasRowBlocks, OC)
+                                 const floatX* __restrict__ dout,  // (N, OC)
+                                 int N, int OC) {
+    __shared__ float warp_sums[kBiasWarps][kBiasStrip];
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const int col = blockIdx.x * kBiasStrip + lane * kVecX;
+    const int rows = (N + kBiasRowBlocks - 1) / kBiasRowBlocks;
+    const int row_end = min(N, (blockIdx.y + 1) * rows);
+    float acc[kVecX];
+#pragma unroll
+    for (int k = 0; k < kVecX; k++) acc[k] = 0.0f;
+    if (col < OC) {
+#pragma unroll 4
+        for (int row = blockIdx.y * rows + warp; row < row_end; row += kBiasWarps) {
+            const Vec<floatX, kVecX> v = load_vec<kVecX>(dout + (size_t)row * OC + col);
+#pragma unroll
+            for (int k = 0; k < kVecX; k++) acc[k] += to_float(v.v[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < kVecX; k++) warp_sums[warp][lane * kVecX + k] = acc[k];
+    __syncthreads();
+    for (int j = threadIdx.x; j < kBiasStrip; j += blockDim.x) {
+        const int c = blockIdx.x * kBiasStrip + j;
+        if (c >= OC) continue;
+        float total = 0.0f;
+        for (int w = 0; w < kBiasWarps; w++) total += warp_sums[w][j];
+        partial[(size_t)blockIdx.y * OC + c] = total;
+    }
+}
+
+__global__ void bias_backward_reduce_kernel(floatX* __restrict__ dbias,
+                                            const float* __restrict__ partial, int OC) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float total = 0.0f;
+    for (int r = 0; r < kBiasRowBlocks; r++) total += partial[(size_t)r * OC + c];
+    dbias[c] = from_float<floatX>(to_float(dbias[c]) + total);
+}
+
+// The vector kernels need whole 16-byte rows; anything else goes through BGRADB.
+bool bias_backward_vectorized(const floatX* dout, int OC) {
+    return OC % kVecX == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0;
+}
+
+void bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout, int N,
+                   int OC) {
+    const dim3 grid((OC + kBiasStrip - 1) / kBiasStrip, kBiasRowBlocks);
+    bias_backward_partial_kernel<<<grid, kBiasWarps * kWarpSize, 0, ctx.stream>>>(scratch, dout, N,
+                                                                                  OC);
+    CUDA_CHECK_LAST();
+    bias_backward_reduce_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias, scratch, OC);
+    CUDA_CHECK_LAST();
+}
+
 }  // namespace
+
+size_t matmul_bias_scratch_floats(int OC) { return (size_t)kBiasRowBlocks * OC; }
+
+void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
+                          int N, int OC) {
+    LLMC_CHECK(N > 0 && OC > 0 && bias_backward_vectorized(dout, OC),
+               "matmul_bias_backward: needs N, OC > 0, OC a multiple of %d and 16-byte aligned "
+               "dout (N=%d OC=%d)",
+               kVecX, N, OC);
+    bias_backward(ctx, dbias, scratch, dout, N, OC);
+}
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu) {
@@ -296,12 +374,15 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     w.B = dout, w.ldb = OC, w.stride_b = 0;
     w.D = dweight, w.ldd = IC, w.stride_d = 0;
     w.beta = 1.0f;
-    if (dbias != nullptr) {
+    const bool own_bias_kernel = dbias != nullptr && bias_backward_vectorized(dout, OC);
+    if (dbias != nullptr && !own_bias_kernel) {
         w.epilogue = CUBLASLT_EPILOGUE_BGRADB;
         w.bias = dbias_scratch;
     }
     lt_matmul(ctx, w);
-    if (dbias != nullptr) {
+    if (own_bias_kernel) {
+        bias_backward(ctx, dbias, dbias_scratch, dout, N, OC);
+    } else if (dbias != nullptr) {
         bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(
             dbias, reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);
         CUDA_CHECK_LAST();

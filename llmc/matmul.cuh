@@ -11,9 +11,11 @@
 //                    epilogue; pre_gelu is (N, IC), the input of the GELU whose output was this
 //                    layer's input)
 //                    dweight (OC, IC) += dout^T @ inp           (accumulates)
-//                    dbias (OC) += column sums of dout (BGRADB epilogue into dbias_scratch, float
-//                    in the fp32 build and bf16 in the bf16 build (cuBLASLt takes no other),
-//                    then added; dbias may be null)
+//                    dbias (OC) += column sums of dout (dbias may be null): our own
+//                    deterministic two-stage column sum through dbias_scratch
+//                    (matmul_bias_scratch_floats(OC) floats); where dout's rows are not whole
+//                    16-byte vectors, cuBLASLt's BGRADB epilogue into dbias_scratch (float in the
+//                    fp32 build, bf16 in the bf16 build: cuBLASLt takes no other), then added
 // Generic:
 //   matmul_strided_batched: for each i < batch,
 //                    C_i (M, N) = alpha * op(A_i) @ op(B_i) + beta * C_i
@@ -28,6 +30,13 @@
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
+
+// Floats of dbias_scratch matmul_backward needs for a bias gradient of OC values.
+size_t matmul_bias_scratch_floats(int OC);
+// The bias-gradient part alone: dbias (OC) += column sums of dout (N, OC) through `scratch`
+// (OC a multiple of 16 bytes' worth of floatX, dout 16-byte aligned; benchmarks and tests).
+void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
+                          int N, int OC);
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
