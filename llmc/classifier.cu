@@ -33,18 +33,8 @@ namespace {
 // 4 blocks per SM kept 53 MB in flight and pass 2 went back to DRAM (65% of the copy bandwidth
 // counting one read).
 constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kLossThreads = 1024;
-// The staged kernel (the row copied into shared memory first, used with dlogits): 512 threads
-// and two rows per SM, which GPT-2's 100 KB bf16 rows allow (228 KB of shared memory per SM on
-// the H100). Rows too wide for two per SM take the unstaged kernel.
-constexpr int kStagedThreads = 512;
-constexpr size_t kStagedReservePerBlock = 1024;  // the runtime's own shared memory per block
-
-bool staged_fits(const Context& ctx, size_t row_bytes) {
-    const size_t per_block = row_bytes + kStagedReservePerBlock + 2 * 1024;  // + static smem
-    return row_bytes <= (size_t)ctx.props.sharedMemPerBlockOptin &&
-           2 * per_block <= (size_t)ctx.props.sharedMemPerMultiprocessor;
-}
 
 // A softmax normalizer in progress: running max m and s = sum exp(x - m).
 struct MaxSum {
@@ -91,51 +81,25 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
 
 // One block per row; see the file comment. Pass 1 reads only the V valid columns (whole packs,
 // then the < kVec leftover columns one by one); pass 2 walks all Vp columns in packs.
-// kStaged: the row is first copied into dynamic shared memory (Vp values) and both passes read
-// it there, so DRAM sees each logit read once and written once (the unstaged kernel reads the row
-// twice, the second time mostly from L2). kT threads per block.
-template <int kVec, int kT, bool kStaged>
-__global__ void __launch_bounds__(kT)
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
     fused_classifier_online_softmax_kernel(floatX* __restrict__ logits,      // (N, Vp)
                                            float* __restrict__ losses,       // (N)
                                            const int* __restrict__ targets,  // (N)
                                            float dloss, int V, int Vp, bool write_dlogits) {
-    constexpr int kW = kT / kWarpSize;
-    __shared__ MaxSum warp_results[kW];
+    __shared__ MaxSum warp_results[kWarps];
     __shared__ MaxSum row_result;
-    extern __shared__ __align__(16) unsigned char staged_row[];
     const int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
-    const floatX* src = x;
-    if constexpr (kStaged) {
-        floatX* row_copy = reinterpret_cast<floatX*>(staged_row);
-        constexpr int kUnroll = 4;  // loads in flight per thread
-        const int packs = Vp / kVec;
-        for (int p0 = threadIdx.x; p0 < packs; p0 += kT * kUnroll) {
-            Vec<floatX, kVec> v[kUnroll];
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                const int p = p0 + u * kT;
-                if (p < packs) v[u] = load_vec<kVec>(x + (size_t)p * kVec);
-            }
-#pragma unroll
-            for (int u = 0; u < kUnroll; u++) {
-                const int p = p0 + u * kT;
-                if (p < packs) store_vec<kVec>(row_copy + (size_t)p * kVec, v[u]);
-            }
-        }
-        __syncthreads();
-        src = row_copy;
-    }
     const int target = targets[row];
     const bool target_ok = target >= 0 && target < V;
     // Read before the barrier below, so before any thread overwrites the row in pass 2.
-    const float target_logit = threadIdx.x == 0 && target_ok ? to_float(src[target]) : 0.0f;
+    const float target_logit = threadIdx.x == 0 && target_ok ? to_float(x[target]) : 0.0f;
 
     MaxSum acc = {-INFINITY, 0.0f};
     const int full_packs = V / kVec;
-    for (int p = threadIdx.x; p < full_packs; p += kT) {
-        const Vec<floatX, kVec> v = load_vec<kVec>(src + (size_t)p * kVec);
+    for (int p = threadIdx.x; p < full_packs; p += kThreads) {
+        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
         float f[kVec];
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
@@ -143,8 +107,8 @@ __global__ void __launch_bounds__(kT)
         }
         add_values(acc, f);
     }
-    for (int i = full_packs * kVec + threadIdx.x; i < V; i += kT) {
-        const float f[1] = {to_float(src[i])};
+    for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
+        const float f[1] = {to_float(x[i])};
         add_values(acc, f);
     }
     acc = warp_merge(acc);
@@ -155,7 +119,7 @@ __global__ void __launch_bounds__(kT)
     }
     __syncthreads();
     if (warp == 0) {
-        MaxSum w = lane < kW ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
+        MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
         w = warp_merge(w);
         if (lane == 0) {
             row_result = w;
@@ -172,8 +136,8 @@ __global__ void __launch_bounds__(kT)
     }
 
     const float inv_s = 1.0f / total.s;
-    for (int p = threadIdx.x; p < Vp / kVec; p += kT) {
-        const Vec<floatX, kVec> v = load_vec<kVec>(src + (size_t)p * kVec);
+    for (int p = threadIdx.x; p < Vp / kVec; p += kThreads) {
+        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
         Vec<floatX, kVec> d;
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
@@ -224,23 +188,11 @@ void fused_classifier(const Context& ctx, floatX* logits, float* losses, const i
     LLMC_CHECK(N > 0 && V > 0 && V <= Vp, "fused_classifier: bad shape N=%d V=%d Vp=%d", N, V, Vp);
     LLMC_CHECK(logits != nullptr && losses != nullptr && targets != nullptr,
                "fused_classifier: logits, losses and targets must all be given");
-    const bool vec = Vp % kVecX == 0 && aligned16(logits);
-    const size_t row_bytes = (size_t)Vp * sizeof(floatX);
-    if (vec && write_dlogits && staged_fits(ctx, row_bytes)) {
-        auto kernel = fused_classifier_online_softmax_kernel<kVecX, kStagedThreads, true>;
-        static size_t attr_bytes = 0;  // the opt-in shared memory set so far (per process)
-        if (row_bytes > attr_bytes) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)row_bytes));
-            attr_bytes = row_bytes;
-        }
-        kernel<<<N, kStagedThreads, row_bytes, ctx.stream>>>(logits, losses, targets, dloss, V, Vp,
-                                                             write_dlogits);
-    } else if (vec) {
-        fused_classifier_online_softmax_kernel<kVecX, kThreads, false>
+    if (Vp % kVecX == 0 && aligned16(logits)) {
+        fused_classifier_online_softmax_kernel<kVecX>
             <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     } else {
-        fused_classifier_online_softmax_kernel<1, kThreads, false>
+        fused_classifier_online_softmax_kernel<1>
             <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     }
     CUDA_CHECK_LAST();
