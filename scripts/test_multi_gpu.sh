@@ -33,7 +33,8 @@
 #       a rank killed with -9 mid-run (the other must exit within LLMC_NCCL_TIMEOUT + 30 s, not
 #       hang), and scripts/launch.sh stopping rank 0 when rank 1 fails: each ends with a
 #       sentence and a non-zero code.
-# The NCCL library: $LLMC_NCCL_LIB, else PyTorch's (python: nvidia.nccl or torch/lib), else
+# First dev/test_adamw_sharded (the sharded AdamW and norm kernels against the whole update, bit
+# for bit, on one GPU). The NCCL library: $LLMC_NCCL_LIB, else PyTorch's (python: nvidia.nccl or torch/lib), else
 # whatever libnccl.so.2 the loader finds. Logs in $OUT/test_multi_gpu (or build/test_multi_gpu);
 # a PASS/FAIL table is printed last; exit 1 if anything failed.
 set -uo pipefail
@@ -78,6 +79,15 @@ if [ -z "${LLMC_NCCL_LIB:-}" ]; then
     done
 fi
 echo "NCCL library: ${LLMC_NCCL_LIB:-libnccl.so.2 from the search path of the dynamic loader}"
+
+# --- the ZeRO-1 kernels on one GPU (dev/test_adamw_sharded.cu) -------------------------------
+KT=build/bf16/dev/test_adamw_sharded
+[ -x "$KT" ] || make -j"$(nproc)" "$KT" >"$W/build_kernel_test.log" 2>&1
+if timeout 120 "$KT" >"$W/test_adamw_sharded.log" 2>&1; then
+    verdict "kernels: sharded AdamW + norm" PASS "$(tail -n 1 "$W/test_adamw_sharded.log")"
+else
+    verdict "kernels: sharded AdamW + norm" FAIL "see $W/test_adamw_sharded.log: $(grep -m1 FAIL "$W/test_adamw_sharded.log")"
+fi
 
 # --- data -------------------------------------------------------------------------------------
 PY=$(bash scripts/find_python.sh) || PY=python3
