@@ -53,6 +53,10 @@ export LLMC_MASTER_ADDR=${LLMC_MASTER_ADDR:-127.0.0.1}
 export LLMC_MASTER_PORT=${LLMC_MASTER_PORT:-$((20000 + RANDOM % 20000))}
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
+# Job control puts each rank in its own process group: a terminal's Ctrl-C then reaches only
+# this script, which forwards it once (a second SIGINT would kill the trainer without its
+# checkpoint), and the ranks do not inherit the SIGINT-ignored state of background jobs.
+set -m
 pids=()
 for ((r = 0; r < n; r++)); do
     if [ "$r" = 0 ]; then
