@@ -480,6 +480,11 @@ int main(int argc, char** argv) {
                      tc.T, cfg.max_seq_len);
         return 2;
     }
+    if (tc.world_size > 1 && tc.zero == 1) {  // C % N, before the GPU is touched
+        ShardMap shard;
+        std::string why;
+        LLMC_CHECK(shard_map_build(cfg, tc.world_size, env.rank, &shard, &why), "%s.", why.c_str());
+    }
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.world_size * tc.B * tc.T));
     if (root && !tc.output_dir.empty()) make_output_dir(tc.output_dir);
     const std::string resume_state = find_resume_state(tc);
