@@ -26,9 +26,12 @@
 #       to step 30: the 2-GPU resume must equal the uninterrupted 2-GPU run (a) to 1e-6 (the
 #       math is the same; the 1-GPU trainer resumes bit for bit), the 1-GPU resume within the
 #       tolerance of (a), its step 21 (restored weights, before any update) within 0.01.
-#   (d) --graph 0 on 2 GPUs, 20 steps: equal to (a)'s 2-GPU run to 1e-6.
+#   (d) --graph 0 on 2 GPUs, 20 steps, the NCCL id shared through --init-file: equal to (a)'s
+#       2-GPU run to 1e-6.
 #   (e) throughput, d12 B=64 T=1024, 25 steps, the trainer's median step: 1 GPU, 2 GPUs with
 #       zero 1 and with zero 0; scaling efficiency = tok/s(2) / (2 x tok/s(1)); PASS at >= 0.90.
+#   (g) NaN final-layernorm weights on 2 GPUs: every rank skips the same steps and stops after
+#       --max-bad-steps 3 with exit 1 and no checkpoint.
 #   (f) failures: a local rank without a GPU, ranks with different options, no NCCL library,
 #       a rank killed with -9 mid-run (the other must exit within LLMC_NCCL_TIMEOUT + 30 s, not
 #       hang), and scripts/launch.sh stopping rank 0 when rank 1 fails: each ends with a
@@ -249,10 +252,11 @@ else
 fi
 
 # --- (d) graphs off ---------------------------------------------------------------------------
-run nograph 2 "${COMMON[@]}" -b 8 --graph 0 --stop-after 20
+# (also the file bootstrap instead of TCP)
+run nograph 2 "${COMMON[@]}" -b 8 --graph 0 --stop-after 20 --init-file "$W/nccl_id"
 read -r gmax _ gsame n <<<"$(diffs "$W/nograph.log" "$W/two8.log" 1 20)"
-if [ "$n" = 20 ] && le "$gmax" 1e-6; then
-    verdict "d) --graph 0 = --graph 1 (2 GPUs)" PASS "max |diff| $gmax, bit-identical $gsame"
+if [ "$n" = 20 ] && le "$gmax" 1e-6 && [ ! -e "$W/nccl_id" ]; then
+    verdict "d) --graph 0 = --graph 1 (2 GPUs)" PASS "max |diff| $gmax, bit-identical $gsame; --init-file bootstrap, file removed"
 else
     verdict "d) --graph 0 = --graph 1 (2 GPUs)" FAIL "max |diff| $gmax (want <= 1e-6), $n of 20 steps"
 fi
@@ -282,6 +286,33 @@ if [ "$eff" != nan ] && le 0.90 "$eff"; then
     verdict "e) scaling efficiency d12 B=64" PASS "$detail"
 else
     verdict "e) scaling efficiency d12 B=64" FAIL "$detail"
+fi
+
+# --- (g) non-finite steps are skipped on every rank alike ------------------------------------
+if "$PY" scripts/train_gpt2.py --n-layer 2 --n-head 4 --n-embd 128 --block-size 128 --seed 3 \
+    --device cpu --write-model "$W/small_model.bin" >"$W/small_model.log" 2>&1; then
+    "$PY" - "$W/small_model.bin" "$W/nan_model.bin" <<'EOF'
+import sys
+import numpy as np
+raw = bytearray(open(sys.argv[1], "rb").read())
+C = int(np.frombuffer(bytes(raw[:1024]), dtype="<i4")[6])
+lnf = len(raw) - 8 * C  # lnfw, then lnfb: the last 2C floats
+raw[lnf:lnf + 4 * C] = np.full(C, np.nan, dtype="<f4").tobytes()
+open(sys.argv[2], "wb").write(bytes(raw))
+EOF
+    run nan 2 -i "$TRAIN" -e "$W/nan_model.bin" -b 4 -t 128 -x 20 --autotune 0 -o "$W/nan" \
+        --checkpoint-every 1 --max-bad-steps 3
+    rc=$?
+    n_ckpt=$(find "$W/nan" -name 'state_*.bin' 2>/dev/null | wc -l)
+    n_skip=$(grep -c '"skipped": true' "$W/nan/log.jsonl" 2>/dev/null)
+    if [ "$rc" = 1 ] && grep -q "3 steps in a row had a non-finite loss" "$W/nan.log" &&
+        [ "$n_ckpt" = 0 ] && [ "$n_skip" = 3 ]; then
+        verdict "g) NaN weights on 2 GPUs" PASS "exit 1 after 3 skipped steps, no checkpoint"
+    else
+        verdict "g) NaN weights on 2 GPUs" FAIL "exit $rc, $n_ckpt checkpoints, $n_skip skipped steps logged"
+    fi
+else
+    verdict "g) NaN weights on 2 GPUs" SKIP "could not write the small model (see $W/small_model.log)"
 fi
 
 # --- (f) failures end with a sentence, never a hang ---------------------------------------------
