@@ -16,8 +16,9 @@
 //        size, config fingerprint); once all have, rank 0 checks them and answers each with
 //        the id, or with the first disagreement so that every rank exits with one sentence.
 //   file rank 0 writes the answer to a file on a filesystem every rank sees (hidden temporary
-//        name, then rename); the others poll for it, ignore a file older than their own start
-//        (a leftover of an earlier run), and check the fingerprint themselves. Rank 0 removes
+//        name, then rename); the others poll for it, ignore a file written more than a minute
+//        before they reached the bootstrap (a leftover of an earlier run that crashed; a run
+//        that got going removed its file), and check the fingerprint themselves. Rank 0 removes
 //        the file once the communicator exists (bootstrap_cleanup).
 // Every wait is bounded by the timeout (LLMC_BOOTSTRAP_TIMEOUT seconds, default 300), so a rank
 // that never starts makes the others exit with a sentence instead of hanging.
