@@ -49,10 +49,14 @@ mkdir -p "$W"
 T_START=$SECONDS
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 table=()
-verdict() {  # verdict NAME PASS|FAIL|SKIP DETAIL
+verdict() {  # verdict NAME PASS|FAIL|SKIP DETAIL (also appended to $W/results.txt at once)
     table+=("$(printf '%-4s  %-34s %s' "$2" "$1" "$3")")
     echo "$2 $1: $3"
+    printf '%-4s  %-34s %s\n' "$2" "$1" "$3" >>"$W/results.txt"
 }
+# The device call's limit is 10 minutes: past BUDGET seconds no new training run starts (it
+# fails as "skipped") so the table still gets printed.
+BUDGET=${BUDGET:-500}
 finish() {
     echo
     echo "=== test_multi_gpu: $((SECONDS - T_START)) s, logs in $W ==="
@@ -132,15 +136,19 @@ TRAIN="$DATA/*_train_*.bin"
 VAL="$DATA/*_val_*.bin"
 COMMON=(-i "$TRAIN" -j "$VAL" -e d12 -t 1024 -x 50 -l 3e-4 --autotune 0 -s 42 -v 25 -m 4)
 
-# run NAME NGPU ARGS...: the trainer on 1 GPU or through scripts/launch.sh on NGPU, 150 s limit.
+# run NAME NGPU ARGS...: the trainer on 1 GPU or through scripts/launch.sh on NGPU, 120 s limit.
 # Rank 0's output in $W/NAME.log, other ranks' in $W/NAME.ranks/.
 run() {
     local name=$1 n=$2; shift 2
     local t0=$SECONDS rc
+    if [ $((SECONDS - T_START)) -gt "$BUDGET" ]; then
+        echo "run $name: skipped, past the time budget of $BUDGET s" | tee "$W/$name.log"
+        return 99
+    fi
     if [ "$n" = 1 ]; then
-        timeout -k 10 150 "$BIN" "$@" >"$W/$name.log" 2>&1
+        timeout -k 10 120 "$BIN" "$@" >"$W/$name.log" 2>&1
     else
-        timeout -k 10 150 scripts/launch.sh -n "$n" --logs "$W/$name.ranks" -- "$BIN" "$@" \
+        timeout -k 10 120 scripts/launch.sh -n "$n" --logs "$W/$name.ranks" -- "$BIN" "$@" \
             >"$W/$name.log" 2>&1
     fi
     rc=$?
@@ -316,6 +324,10 @@ else
 fi
 
 # --- (f) failures end with a sentence, never a hang ---------------------------------------------
+if [ $((SECONDS - T_START)) -gt "$BUDGET" ]; then
+    verdict "f) failure paths" SKIP "past the time budget of $BUDGET s"
+    finish
+fi
 SMALL=(-i "$TRAIN" -e d12 -t 1024 -b 8 -x 1000 --autotune 0)
 out=$(LLMC_RANK=1 LLMC_WORLD_SIZE=$((ngpu + 1)) LLMC_LOCAL_RANK=$ngpu timeout 60 "$BIN" "${SMALL[@]}" 2>&1)
 rc=$?
@@ -352,10 +364,10 @@ fi
 # A rank killed mid-run: the survivor must notice (NCCL error or LLMC_NCCL_TIMEOUT) and exit.
 port=$((20000 + RANDOM % 20000))
 LLMC_MASTER_PORT=$port LLMC_RANK=0 LLMC_WORLD_SIZE=2 LLMC_LOCAL_RANK=0 LLMC_NCCL_TIMEOUT=20 \
-    timeout 150 "$BIN" "${SMALL[@]}" >"$W/killed0.log" 2>&1 &
+    timeout 90 "$BIN" "${SMALL[@]}" >"$W/killed0.log" 2>&1 &
 p0=$!
 LLMC_MASTER_PORT=$port LLMC_RANK=1 LLMC_WORLD_SIZE=2 LLMC_LOCAL_RANK=1 LLMC_NCCL_TIMEOUT=20 \
-    timeout 150 "$BIN" "${SMALL[@]}" >"$W/killed1.log" 2>&1 &
+    timeout 90 "$BIN" "${SMALL[@]}" >"$W/killed1.log" 2>&1 &
 p1=$!
 for _ in $(seq 1 600); do
     grep -q "^step    10/" "$W/killed0.log" 2>/dev/null && break
