@@ -32,12 +32,13 @@ void enqueue_step(const Context& ctx, GPT2* m) {
         gpt2_backward(ctx, m, inputs);
     }
     m->reduce_grads = false;
-    NvtxRange range("optimizer");
     if (m->dist == nullptr) {
+        NvtxRange range("optimizer");
         global_norm_squared(ctx, m->d_results + 1, m->acts.norm_scratch, m->grads, m->num_params);
         adamw_update(ctx, m->params, m->master, m->adam_m, m->adam_v, m->grads, m->tensors,
                      m->hyper, m->d_step_values, m->d_results + 1);
     } else {
+        NvtxRange range("optimizer");
         MultiGpu* d = m->dist;
         multi_gpu_join(ctx, d);
         multi_gpu_all_reduce(ctx, d, m->d_results, 1, llmc::kNcclAvg);  // the global mean loss
