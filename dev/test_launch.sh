@@ -2,7 +2,8 @@
 # test_launch.sh: scripts/launch.sh with stand-in ranks (bash), on the CPU: every rank gets its
 # LLMC_* variables and NCCL_NVLS_ENABLE=0; rank 0 writes to the terminal and the others to
 # their log files; a failing rank stops the others at once and its exit code is the launcher's;
-# SIGINT and SIGTERM reach every rank once; bad options exit 2. Prints one line per check; exits 1 on a failure.
+# SIGINT and SIGTERM reach every rank once, and ranks that ignore them are killed after
+# LLMC_LAUNCH_GRACE seconds; bad options exit 2. Prints one line per check; exits 1 on a failure.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d)
@@ -54,6 +55,27 @@ for sig in INT TERM; do
         [ "$(grep -c "rank 1 got $sig" "$tmp/c$sig/rank_1.log")" = 1 ]
     check "SIG$sig reaches every rank once (exit $rc)" $?
 done
+
+# Ranks that ignore the stop signal are killed after LLMC_LAUNCH_GRACE seconds.
+cat >"$tmp/stubborn.sh" <<'EOF'
+#!/usr/bin/env bash
+trap '' TERM
+for _ in $(seq 1 300); do sleep 0.1; done
+EOF
+chmod +x "$tmp/stubborn.sh"
+t0=$(date +%s)
+(
+    set -m
+    LLMC_LAUNCH_GRACE=1 scripts/launch.sh -n 2 --logs "$tmp/d" -- "$tmp/stubborn.sh" >/dev/null 2>"$tmp/d.err" &
+    lp=$!
+    sleep 1
+    kill -TERM "$lp"
+    wait "$lp"
+)
+rc=$?
+dt=$(($(date +%s) - t0))
+[ "$rc" != 0 ] && [ "$dt" -le 8 ] && grep -q "killing them" "$tmp/d.err"
+check "ranks ignoring SIGTERM killed after the grace period (exit $rc after ${dt} s)" $?
 
 scripts/launch.sh -n 0 true >/dev/null 2>&1
 [ $? = 2 ]

@@ -11,7 +11,8 @@
 # on stderr). When a rank exits with a non-zero code the others are killed (TERM, then KILL
 # after 10 s), the last lines of its log are shown, and launch.sh exits with that code: a
 # failure never leaves the others waiting on a collective. SIGINT/SIGTERM are forwarded to every
-# rank (the trainer then stops after the step and checkpoints). Exit code: 0 when every rank
+# rank (the trainer then stops after the step and checkpoints); ranks still running
+# LLMC_LAUNCH_GRACE seconds (default 300) after that are killed. Exit code: 0 when every rank
 # succeeded, else the first failing rank's code (2 for a usage error here).
 set -uo pipefail
 
@@ -70,8 +71,17 @@ done
 forward() {  # forward SIGNAL: to every rank still running
     for p in "${pids[@]}"; do kill -s "$1" "$p" 2>/dev/null; done
 }
-trap 'forward INT' INT
-trap 'forward TERM' TERM
+# A signal asks the ranks to stop after their step (and checkpoint); ranks still running
+# LLMC_LAUNCH_GRACE seconds later (default 300) are killed, so a rank stuck in a collective
+# cannot outlive the launcher (they run in their own process groups).
+grace=${LLMC_LAUNCH_GRACE:-300}
+signalled_at=""
+on_signal() {
+    forward "$1"
+    [ -z "$signalled_at" ] && signalled_at=$SECONDS
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
 
 stop_all() {  # TERM every rank left, then KILL after 10 s
     forward TERM
@@ -108,6 +118,11 @@ while [ "$left" -gt 0 ]; do
             stop_all
         fi
     done
+    if [ -n "$signalled_at" ] && [ $((SECONDS - signalled_at)) -gt "$grace" ]; then
+        echo "launch: ranks still running $grace s after the stop signal; killing them" >&2
+        forward KILL
+        signalled_at=""
+    fi
     [ "$left" -gt 0 ] && sleep 0.2
 done
 exit "$status"

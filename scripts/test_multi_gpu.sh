@@ -148,8 +148,9 @@ run() {
     if [ "$n" = 1 ]; then
         timeout -k 10 120 "$BIN" "$@" >"$W/$name.log" 2>&1
     else
-        timeout -k 10 120 scripts/launch.sh -n "$n" --logs "$W/$name.ranks" -- "$BIN" "$@" \
-            >"$W/$name.log" 2>&1
+        # On the time limit launch.sh gets SIGTERM and kills ranks still running 10 s later.
+        LLMC_LAUNCH_GRACE=10 timeout -k 30 120 scripts/launch.sh -n "$n" --logs "$W/$name.ranks" \
+            -- "$BIN" "$@" >"$W/$name.log" 2>&1
     fi
     rc=$?
     echo "run $name ($n GPU): exit $rc, $((SECONDS - t0)) s"
