@@ -76,7 +76,12 @@ void gpt2_step(const Context& ctx, GPT2* m, bool use_graph) {
     }
     if (m->graph == nullptr) {
         cudaGraph_t g = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        // Multi-GPU: relaxed, since NCCL may set up a connection (cudaMalloc, host calls) in
+        // this thread the first time a collective shape appears, which thread-local capture
+        // would refuse.
+        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, m->dist != nullptr
+                                                          ? cudaStreamCaptureModeRelaxed
+                                                          : cudaStreamCaptureModeThreadLocal));
         enqueue_step(ctx, m);
         CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
         CUDA_CHECK(cudaGraphInstantiate(&m->graph, g, 0));
