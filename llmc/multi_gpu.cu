@@ -48,8 +48,8 @@ void multi_gpu_init(MultiGpu* d, const Context& ctx, const DistEnv& env,
     if (zero == 1)
         LLMC_CHECK(shard_map_build(cfg, env.world_size, env.rank, &d->shard, &why), "%s.",
                    why.c_str());
-    // NVLink SHARP (multicast) stays off: on the machines this runs on it is not set up, and
-    // NCCL would fail or fall back slowly when trying it. A user's explicit setting wins.
+    // NVLink multicast (NVLS) stays off: the GPU machines this project runs on must not use
+    // it. Set before the communicator exists, since NCCL reads it then; a user's setting wins.
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     LLMC_CHECK(nccl_load(&d->nccl, &why), "%s.", why.c_str());
     NcclUniqueId id{};
