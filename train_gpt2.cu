@@ -3,6 +3,8 @@
 // launches the step (a CUDA graph after the first), waits for it at the step boundary, prints
 // its line and logs it to DIR/log.jsonl; checkpoints every --checkpoint-every steps, at the end,
 // and when SIGINT/SIGTERM asks the run to stop (after the current step).
+// Multi-GPU (one process per GPU, llmc/multi_gpu.cuh): each rank reads its rows of the global
+// batch, the step reduces the gradients; rank 0 alone prints, logs, samples and writes files.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "gpt2.cuh"
 #include "mfu.h"
 #include "model_init.h"
+#include "multi_gpu.cuh"
 #include "rng.h"
 #include "run_log.h"
 #include "sampler.cuh"
@@ -51,47 +54,67 @@ ScheduleConfig schedule_of(const TrainConfig& tc) {
     return s;
 }
 
+// Where this process sits among the ranks (one process: rank 0 of 1).
+struct RankInfo {
+    int rank = 0, world = 1;
+};
+
 // Fills micro-batch slots of io.tokens: inputs then targets for each micro-step. Returns the
 // host milliseconds it took: the time the GPU waits for data, since the step launches after it.
 // With prefetch the loader's thread has read the batches during the previous step, and this is
-// a copy out of its ring.
-double fill_tokens(DataLoader* loader, GPT2* m, int micro_steps) {
+// a copy out of its ring. With W ranks the loader serves global batches of W*B rows, exactly
+// those of one GPU at -b W*B, and rank r keeps rows [r*B, (r+1)*B) of each.
+double fill_tokens(DataLoader* loader, GPT2* m, int micro_steps, const RankInfo& ri) {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t N = (size_t)m->B * m->T;
+    std::vector<int> global(ri.world > 1 ? 2 * N * ri.world : 0);
     for (int i = 0; i < micro_steps; i++) {
         int* slot = m->io.tokens + (size_t)i * 2 * N;
-        dataloader_next_batch(loader, slot, slot + N);
+        if (ri.world == 1) {
+            dataloader_next_batch(loader, slot, slot + N);
+            continue;
+        }
+        int* gin = global.data();
+        int* gtarget = gin + N * ri.world;
+        dataloader_next_batch(loader, gin, gtarget);
+        std::copy(gin + N * ri.rank, gin + N * (ri.rank + 1), slot);
+        std::copy(gtarget + N * ri.rank, gtarget + N * (ri.rank + 1), slot + N);
     }
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The train loader shuffles per epoch from the run's seed and prefetches a whole step's micro-
 // batches; the validation loader keeps name order so every validation sees the same batches.
+// With several ranks both loaders serve the global micro-batch (world_size * B rows).
 void init_loaders(const TrainConfig& tc, int vocab_size, int grad_accum, DataLoader* train,
                   DataLoader* val) {
+    const int global_B = tc.world_size * tc.B;
     DataLoaderOptions train_opts;
     train_opts.shuffle = tc.shuffle != 0;
     train_opts.seed = tc.seed;
     train_opts.prefetch = tc.prefetch ? std::max(2, grad_accum) : 0;
-    dataloader_init(train, tc.train_pattern, tc.B, tc.T, vocab_size, 0, 1, train_opts);
+    dataloader_init(train, tc.train_pattern, global_B, tc.T, vocab_size, 0, 1, train_opts);
     if (tc.val_pattern.empty()) return;
     DataLoaderOptions val_opts;
     val_opts.prefetch = tc.prefetch ? 2 : 0;
-    dataloader_init(val, tc.val_pattern, tc.B, tc.T, vocab_size, 0, 1, val_opts);
+    dataloader_init(val, tc.val_pattern, global_B, tc.T, vocab_size, 0, 1, val_opts);
 }
 
 // Validation fills micro-batch 0 of io.tokens; it is restored after, since --overfit-batch
 // trains on what io.tokens holds.
-float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches) {
+// With several ranks, the mean over the ranks (each has its rows of the same global batches).
+float validation_loss(const Context& ctx, GPT2* m, DataLoader* val, int batches,
+                      const RankInfo& ri) {
     dataloader_reset(val);
     const std::vector<int> train_batch(m->io.tokens, m->io.tokens + 2 * (size_t)m->B * m->T);
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
-        fill_tokens(val, m, 1);
+        fill_tokens(val, m, 1, ri);
         sum += gpt2_eval_loss(ctx, m);
     }
     std::copy(train_batch.begin(), train_batch.end(), m->io.tokens);
-    return (float)(sum / batches);
+    const float mine = (float)(sum / batches);
+    return m->dist != nullptr ? multi_gpu_host_reduce(ctx, m->dist, mine, kNcclAvg) : mine;
 }
 
 // The decoder of samples: --tokenizer, else the tokenizer.bin prepare_data writes beside the
@@ -236,7 +259,7 @@ CheckpointMeta describe_run(const TrainConfig& tc, const GPT2Config& cfg, const 
     m.num_params = (long long)param_layout(cfg).total;
     m.param_bytes = kParamBytes;
     m.precision = kPrecisionName;
-    m.B = tc.B;
+    m.B = tc.world_size * tc.B;  // the global micro-batch: a resume may use another GPU count
     m.T = tc.T;
     m.total_batch = tc.total_batch;
     m.seed = tc.seed;
@@ -325,14 +348,21 @@ bool save_checkpoint(const Context& ctx, const GPT2& model, const TrainConfig& t
     meta.loader = dataloader_position(train);
     std::vector<float> weights;
     OptimizerState opt;
+    // Every rank takes part (ZeRO-1 gathers the shards); rank 0 alone checks and writes, and
+    // tells the others whether it did.
     gpt2_download_checkpoint(ctx, model, &weights, &opt);
-    if (!all_finite(weights) || !all_finite(opt.m) || !all_finite(opt.v)) {
+    const bool root = model.dist == nullptr || model.dist->env.rank == 0;
+    bool finite = !root || (all_finite(weights) && all_finite(opt.m) && all_finite(opt.v));
+    if (model.dist != nullptr)
+        finite = multi_gpu_host_reduce(ctx, model.dist, finite ? 1.0f : 0.0f, kNcclMin) > 0.5f;
+    if (!finite) {
         std::fprintf(stderr,
                      "error: the weights or AdamW moments hold non-finite values at step %lld; "
                      "no checkpoint written (the newest good one stays in %s).\n",
                      run.step, tc.output_dir.c_str());
         return false;
     }
+    if (!root) return true;
     write_checkpoint(tc.output_dir, &meta, weights.data(), opt);
     const int pruned = prune_checkpoints(tc.output_dir, tc.keep_last, tc.keep_every);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -386,10 +416,59 @@ std::string format_duration(double seconds) {
     return buf;
 }
 
+// What every rank must agree on: the command line, the build and the world size.
+uint64_t config_fingerprint(int argc, char** argv, int world_size) {
+    uint64_t h = fnv1a64(kPrecisionName, std::strlen(kPrecisionName));
+    h = fnv1a64(&world_size, sizeof(world_size), h);
+    for (int i = 1; i < argc; i++) h = fnv1a64(argv[i], std::strlen(argv[i]) + 1, h);
+    return h;
+}
+
+// The launcher's ranks (dist_env.h); other ranks than 0 print only warnings and errors.
+DistEnv discover_ranks() {
+    DistEnv env;
+    std::string why;
+    if (!dist_env_from_environment(&env, &why)) {
+        std::fprintf(stderr, "error: %s.\n", why.c_str());
+        std::exit(2);
+    }
+    if (env.rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+        std::fprintf(stderr, "error: rank %d cannot silence its standard output.\n", env.rank);
+        std::exit(1);
+    }
+    return env;
+}
+
+// With several ranks: checks the GPU of this rank exists, and connects the ranks (NCCL).
+void start_multi_gpu(const DistEnv& env, const TrainConfig& tc, const Context& ctx,
+                     const GPT2Config& cfg, uint64_t fingerprint, MultiGpu* dist) {
+    BootstrapOptions bootstrap;
+    std::string why;
+    LLMC_CHECK(bootstrap_options_from_environment(tc.init_file, &bootstrap, &why), "%s.",
+               why.c_str());
+    multi_gpu_init(dist, ctx, env, bootstrap, fingerprint, tc.zero, cfg);
+}
+
+// The CUDA device of this rank: its local rank with several processes, else --device.
+int pick_device(const DistEnv& env, const TrainConfig& tc) {
+    if (env.world_size == 1) return tc.device;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    LLMC_CHECK(env.local_rank < count,
+               "rank %d (local rank %d, from %s) needs GPU %d, but this host shows %d: start at "
+               "most %d processes per host (or check CUDA_VISIBLE_DEVICES).",
+               env.rank, env.local_rank, env.source.c_str(), env.local_rank, count, count);
+    return env.local_rank;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    const DistEnv env = discover_ranks();
+    const RankInfo ri{env.rank, env.world_size};
+    const bool root = env.rank == 0;
     TrainConfig tc;
+    tc.world_size = env.world_size;
     parse_train_args(argc, argv, &tc);
     const ScheduleConfig schedule = schedule_of(tc);
 
@@ -401,8 +480,13 @@ int main(int argc, char** argv) {
                      tc.T, cfg.max_seq_len);
         return 2;
     }
-    const int grad_accum = (int)(tc.total_batch / ((long long)tc.B * tc.T));
-    if (!tc.output_dir.empty()) make_output_dir(tc.output_dir);
+    if (tc.world_size > 1 && tc.zero == 1) {  // C % N, before the GPU is touched
+        ShardMap shard;
+        std::string why;
+        LLMC_CHECK(shard_map_build(cfg, tc.world_size, env.rank, &shard, &why), "%s.", why.c_str());
+    }
+    const int grad_accum = (int)(tc.total_batch / ((long long)tc.world_size * tc.B * tc.T));
+    if (root && !tc.output_dir.empty()) make_output_dir(tc.output_dir);
     const std::string resume_state = find_resume_state(tc);
     // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
@@ -431,8 +515,12 @@ int main(int argc, char** argv) {
     }
 
     Context ctx;
-    context_init(&ctx, tc.device, tc.tf32 != 0);
+    context_init(&ctx, pick_device(env, tc), tc.tf32 != 0);
     ctx.autotune = tc.autotune != 0;
+    MultiGpu dist_state;  // unused on one GPU: the model gets a null pointer
+    MultiGpu* dist = env.world_size > 1 ? &dist_state : nullptr;
+    if (dist != nullptr)
+        start_multi_gpu(env, tc, ctx, cfg, config_fingerprint(argc, argv, env.world_size), dist);
     print_train_config(tc, stdout);
     print_schedule(schedule, stdout);
     std::printf("train data       %zu shards, %zu batches per epoch\n", train_loader.files.size(),
@@ -447,8 +535,9 @@ int main(int argc, char** argv) {
     AdamWHyper hyper{tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip, tc.seed};
     GPT2Options model_opts;
     model_opts.recompute = tc.recompute;
+    model_opts.zero_shards = dist != nullptr && tc.zero == 1 ? env.world_size : 1;
     print_memory_plan(ctx, cfg, tc, grad_accum, model_opts);
-    gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper, model_opts);
+    gpt2_create(ctx, &model, cfg, host_params, tc.B, tc.T, grad_accum, hyper, model_opts, dist);
     if (!resume_state.empty()) {
         gpt2_upload_checkpoint(ctx, &model, saved_opt);
         saved_opt = OptimizerState{};
@@ -466,13 +555,15 @@ int main(int argc, char** argv) {
 
     const bool has_output = !tc.output_dir.empty();
     RunLog log;
-    if (has_output) {
+    if (has_output && root) {
         write_run_config(tc, cfg, ctx, run.step);
         log.open(tc.output_dir + "/log.jsonl", resume_state.empty() ? -1 : run.step);
     }
     install_stop_handlers();
 
-    const double flops_per_step = gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch;
+    // Per GPU: MFU compares one GPU's share of the step's FLOPs with one GPU's peak.
+    const double flops_per_step =
+        gpt2_flops_per_token(cfg, tc.T) * (double)tc.total_batch / tc.world_size;
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
@@ -486,13 +577,16 @@ int main(int argc, char** argv) {
         if (step == first_step + 2) timed_since = wall0;
         // --overfit-batch keeps the first batch: no loading at all after the first step.
         if (!tc.overfit_batch || step == first_step)
-            data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum));
+            data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum, ri));
         model.io.step_values->lr = lr_at_step(schedule, step);
         model.io.step_values->step = (int)(run.adam_t + 1);
         CUDA_CHECK(cudaEventRecord(start, ctx.stream));
         gpt2_step(ctx, &model, tc.graph != 0);
         CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
+        if (dist != nullptr)
+            multi_gpu_wait(ctx, dist, stop);
+        else
+            CUDA_CHECK(cudaEventSynchronize(stop));
         const double wall =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0)
                 .count();
@@ -533,11 +627,11 @@ int main(int argc, char** argv) {
         }
         if (has_val && ((tc.val_every > 0 && step % tc.val_every == 0) || step == tc.steps)) {
             rec.has_val = true;
-            rec.val_loss = validation_loss(ctx, &model, &val_loader, tc.val_batches);
+            rec.val_loss = validation_loss(ctx, &model, &val_loader, tc.val_batches, ri);
             std::printf("val loss %.6f (step %d, %d batches)\n", rec.val_loss, step,
                         tc.val_batches);
         }
-        if (tc.sample_every > 0 && !rec.skipped &&
+        if (root && tc.sample_every > 0 && !rec.skipped &&
             (step % tc.sample_every == 0 || step == tc.steps))
             print_sample(ctx, &model, tc, has_decoder ? &sample_decoder : nullptr, step, &log);
         log.write(rec);
@@ -556,6 +650,9 @@ int main(int argc, char** argv) {
             }
         }
         stopped = g_stop_signal != 0 || step == tc.stop_after;
+        // A signal may reach some ranks only: they all stop after the same step.
+        if (dist != nullptr)
+            stopped = multi_gpu_host_reduce(ctx, dist, stopped ? 1.0f : 0.0f, kNcclMax) > 0.5f;
         const bool due = step == tc.steps || stopped ||
                          (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0);
         if (has_output && due) {
@@ -590,12 +687,19 @@ int main(int argc, char** argv) {
         "summary: median step %.2f ms over %zu steps | %.0f tok/s | MFU %.1f%% | device memory in "
         "use %.0f MiB\n",
         med, step_ms.size(), tok_s, 100.0 * mfu, peak_mib);
-    if (!tc.json_summary.empty())
+    if (dist != nullptr) {
+        const float most = multi_gpu_host_reduce(ctx, dist, (float)peak_mib, kNcclMax);
+        std::printf(
+            "multi-GPU memory: device memory in use %.0f MiB on rank 0, %.0f MiB on the "
+            "fullest of %d GPUs (zero %d)\n",
+            peak_mib, most, env.world_size, tc.zero);
+    }
+    if (root && !tc.json_summary.empty())
         write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib,
                            losses);
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
-    if (has_output && checkpoint_ok && run.step == tc.steps)
+    if (root && has_output && checkpoint_ok && run.step == tc.steps)
         write_final_model(tc.output_dir, run.step, cfg);
     if (stopped && run.step < tc.steps) {
         if (!has_output)

@@ -201,6 +201,74 @@ void launch_adamw(const Context& ctx, floatX* params, float* master, float* m, f
     CUDA_CHECK_LAST();
 }
 
+// ZeRO-1: local element j of the shard is global element map.global_index(k, j). A pack of kVec
+// never crosses a chunk (the launcher checks every chunk and offset is a multiple of kVec), so
+// its kVec elements are contiguous in both numberings and share one tensor.
+template <int kVec, bool kMaster>
+__global__ void __launch_bounds__(kThreads)
+    adamw_sharded_kernel(floatX* __restrict__ params,       // (whole buffer)
+                         float* __restrict__ master,        // (local), kMaster
+                         float* __restrict__ m,             // (local)
+                         float* __restrict__ v,             // (local)
+                         const floatX* __restrict__ grads,  // (whole buffer)
+                         llmc::ShardMap map, AdamWHyper hyper,
+                         const AdamWStepValues* __restrict__ step_values,  // (1)
+                         const float* __restrict__ norm_squared) {         // (1) or null
+    if (norm_squared != nullptr && !isfinite(*norm_squared)) {
+        return;  // a non-finite gradient: skip the step, leave every array as it is
+    }
+    const StepConstants c = step_constants(hyper, step_values, norm_squared);
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    const size_t packs = map.local_total() / kVec;
+    for (size_t p = (size_t)blockIdx.x * kThreads + threadIdx.x; p < packs; p += stride) {
+        const size_t j = p * kVec;
+        const int k = map.tensor_of(j);
+        const size_t gi = map.global_index(k, j);
+        const float wd = map.decayed[k] ? hyper.weight_decay : 0.0f;
+        const Vec<floatX, kVec> g = load_vec<kVec>(grads + gi);
+        Vec<float, kVec> mv = load_vec<kVec>(m + j);
+        Vec<float, kVec> vv = load_vec<kVec>(v + j);
+        Vec<float, kVec> pv;
+        if constexpr (kMaster) {
+            pv = load_vec<kVec>(master + j);
+        } else {
+            const Vec<floatX, kVec> px = load_vec<kVec>(params + gi);
+#pragma unroll
+            for (int q = 0; q < kVec; q++) {
+                pv.v[q] = to_float(px.v[q]);
+            }
+        }
+        Vec<floatX, kVec> out;
+#pragma unroll
+        for (int q = 0; q < kVec; q++) {
+            adamw_element(pv.v[q], mv.v[q], vv.v[q], to_float(g.v[q]), wd, hyper, c);
+            if constexpr (kMaster) {
+                out.v[q] = round_from_master<floatX>(pv.v[q], rounding_bits(c, gi + q));
+            } else {
+                out.v[q] = from_float<floatX>(pv.v[q]);
+            }
+        }
+        store_vec<kVec>(m + j, mv);
+        store_vec<kVec>(v + j, vv);
+        if constexpr (kMaster) {
+            store_vec<kVec>(master + j, pv);
+        }
+        store_vec<kVec>(params + gi, out);
+    }
+}
+
+template <int kVec, bool kMaster>
+void launch_adamw_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
+                          const floatX* grads, const llmc::ShardMap& map, const AdamWHyper& hyper,
+                          const AdamWStepValues* step_values, const float* norm_squared) {
+    const size_t wanted = (map.local_total() / kVec + kThreads - 1) / kThreads;
+    const size_t cap = (size_t)kBlocksPerSm * ctx_num_sms(ctx);
+    const int blocks = (int)(wanted < cap ? (wanted > 0 ? wanted : 1) : cap);
+    adamw_sharded_kernel<kVec, kMaster><<<blocks, kThreads, 0, ctx.stream>>>(
+        params, master, m, v, grads, map, hyper, step_values, norm_squared);
+    CUDA_CHECK_LAST();
+}
+
 void check_tensors(const AdamWTensors& t) {
     LLMC_CHECK(t.count >= 1 && t.count <= kAdamWMaxTensors,
                "adamw_update: tensor count %d is outside [1, %d]", t.count, kAdamWMaxTensors);
@@ -245,6 +313,46 @@ void adamw_update(const Context& ctx, floatX* params, float* master, float* m, f
         } else {
             launch_adamw<1, false>(ctx, params, nullptr, m, v, grads, tensors, hyper, step_values,
                                    norm_squared);
+        }
+    }
+}
+
+void adamw_update_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
+                          const floatX* grads, const llmc::ShardMap& map, const AdamWHyper& hyper,
+                          const AdamWStepValues* step_values, const float* norm_squared) {
+    NvtxRange range("adamw_update_sharded");
+    LLMC_CHECK(map.count >= 1 && map.count <= llmc::kShardMaxTensors,
+               "adamw_update_sharded: tensor count %d is outside [1, %d]", map.count,
+               llmc::kShardMaxTensors);
+    LLMC_CHECK(params != nullptr && m != nullptr && v != nullptr && grads != nullptr &&
+                   step_values != nullptr,
+               "adamw_update_sharded: params, m, v, grads and step_values must all be given");
+    LLMC_CHECK(hyper.grad_clip <= 0.0f || norm_squared != nullptr,
+               "adamw_update_sharded: grad_clip = %g needs norm_squared", hyper.grad_clip);
+    if (map.local_total() == 0) {
+        return;
+    }
+    bool vec = aligned16(params) && aligned16(m) && aligned16(v) && aligned16(grads) &&
+               (master == nullptr || aligned16(master));
+    for (int k = 0; k < map.count; k++) {
+        vec = vec && map.chunk[k] % kPack == 0 && map.offset[k] % kPack == 0 &&
+              map.slice[k] % kPack == 0;
+    }
+    if (master != nullptr) {
+        if (vec) {
+            launch_adamw_sharded<kPack, true>(ctx, params, master, m, v, grads, map, hyper,
+                                              step_values, norm_squared);
+        } else {
+            launch_adamw_sharded<1, true>(ctx, params, master, m, v, grads, map, hyper, step_values,
+                                          norm_squared);
+        }
+    } else {
+        if (vec) {
+            launch_adamw_sharded<kPack, false>(ctx, params, nullptr, m, v, grads, map, hyper,
+                                               step_values, norm_squared);
+        } else {
+            launch_adamw_sharded<1, false>(ctx, params, nullptr, m, v, grads, map, hyper,
+                                           step_values, norm_squared);
         }
     }
 }

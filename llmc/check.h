@@ -9,7 +9,8 @@
 // CUDA_CHECK_LAST()           after a kernel launch; with LLMC_DEBUG_SYNC=1 in the environment it
 //                             also synchronizes so an asynchronous fault names the right kernel.
 // CUBLAS_CHECK(expr)          a cuBLAS / cuBLASLt call; prints the status name and string.
-// NCCL_CHECK(expr)            an NCCL call (only where nccl.h is included first).
+// NCCL_CHECK(api, expr)       an NCCL call through a loaded NcclApi (nccl_api.h); prints NCCL's
+//                             error string and its last error message.
 #pragma once
 #include <cstdarg>
 #include <cstdio>
@@ -104,12 +105,13 @@ inline bool debug_sync_enabled() {
         }                                                                                       \
     } while (0)
 
-#define NCCL_CHECK(expr)                                                                     \
+#define NCCL_CHECK(api, expr)                                                                \
     do {                                                                                     \
-        ncclResult_t llmc_nr_ = (expr);                                                      \
-        if (llmc_nr_ != ncclSuccess) {                                                       \
-            std::fprintf(stderr, "NCCL error %d (%s)\n  in %s\n  at %s:%d\n", (int)llmc_nr_, \
-                         ncclGetErrorString(llmc_nr_), #expr, __FILE__, __LINE__);           \
+        const int llmc_nr_ = (expr);                                                         \
+        if (llmc_nr_ != 0) {                                                                 \
+            std::fprintf(stderr, "NCCL error %d (%s: %s)\n  in %s\n  at %s:%d\n", llmc_nr_,  \
+                         (api).GetErrorString(llmc_nr_), (api).GetLastError(nullptr), #expr, \
+                         __FILE__, __LINE__);                                                \
             std::exit(1);                                                                    \
         }                                                                                    \
     } while (0)

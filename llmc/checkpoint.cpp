@@ -419,10 +419,11 @@ std::string resume_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) {
                       a.max_seq_len, b.num_layers, b.num_heads, b.channels, b.vocab_size,
                       b.padded_vocab_size, b.max_seq_len);
     } else if (s.B != n.B || s.T != n.T) {
+        // B is the global micro-batch: GPUs x -b (a multi-GPU run resumes on any GPU count).
         std::snprintf(buf, sizeof(buf),
-                      "the checkpoint was trained with -b %d -t %d, not -b %d -t %d; resume with "
-                      "the same batch shape",
-                      s.B, s.T, n.B, n.T);
+                      "the checkpoint was trained with -b %d -t %d (sequences summed over the "
+                      "GPUs), not -b %d -t %d; resume with the same batch shape (GPUs x -b = %d)",
+                      s.B, s.T, n.B, n.T, s.B);
     } else if (s.train_pattern != n.train_pattern) {
         std::snprintf(buf, sizeof(buf),
                       "the checkpoint was trained on -i '%s', not '%s'; resume with the same "

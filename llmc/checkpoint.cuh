@@ -13,7 +13,9 @@
 // Bytes of one device parameter in this build (the state header's param_bytes).
 constexpr int kParamBytes = (int)sizeof(floatX);
 
-// Waits for ctx.stream, then copies weights, m, v (and raw params in bf16) to the host.
+// Waits for ctx.stream, then copies weights, m, v (and raw params in bf16) to the host. With a
+// MultiGpu every rank must call it (ZeRO-1 gathers the shards); only rank 0 receives the arrays
+// (they are left empty elsewhere).
 void gpt2_download_checkpoint(const Context& ctx, const GPT2& model, std::vector<float>* weights,
                               llmc::OptimizerState* opt);
 

@@ -52,7 +52,7 @@ enum StateSlot {  // int64 slots of the state header
     kSlotLayers,
     kSlotHeads,
     kSlotChannels,
-    kSlotB,
+    kSlotB,  // the global micro-batch: GPUs x -b (1 GPU: -b)
     kSlotT,
     kSlotTotalBatch,
     kSlotSeed,  // the run's seed: init, shuffle and stochastic rounding all derive from it
@@ -93,7 +93,7 @@ struct CheckpointMeta {
     long long num_params = 0;
     int param_bytes = 4;
     std::string precision;  // "fp32" or "bf16"
-    int B = 0, T = 0;
+    int B = 0, T = 0;       // B: sequences per micro-step over all GPUs
     long long total_batch = 0;
     unsigned long long seed = 0;
     int shuffle = 0;

@@ -83,6 +83,31 @@ __global__ void __launch_bounds__(kFinalThreads)
     }
 }
 
+// The sum of squares of the map's chunks: packs of kVec never cross a chunk (checked by the
+// launcher), each is read at its global index.
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    sum_of_squares_sharded_partials_kernel(float* __restrict__ partials,       // (G)
+                                           const floatX* __restrict__ values,  // (whole buffer)
+                                           llmc::ShardMap map) {
+    const size_t stride = (size_t)gridDim.x * kThreads;
+    const size_t packs = map.local_total() / kVec;
+    float acc = 0.0f;
+    for (size_t p = (size_t)blockIdx.x * kThreads + threadIdx.x; p < packs; p += stride) {
+        const size_t j = p * kVec;
+        const Vec<floatX, kVec> v = load_vec<kVec>(values + map.global_index(map.tensor_of(j), j));
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            const float x = to_float(v.v[k]);
+            acc += x * x;
+        }
+    }
+    const float total = block_sum<kThreads>(acc);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = total;
+    }
+}
+
 int num_partials(const Context& ctx) { return kBlocksPerSm * ctx_num_sms(ctx); }
 
 }  // namespace
@@ -106,6 +131,30 @@ void global_norm_squared(const Context& ctx, float* out, void* scratch, const fl
     } else {
         sum_of_squares_block_partials_kernel<1>
             <<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
+    }
+    CUDA_CHECK_LAST();
+    sum_partials_kernel<<<1, kFinalThreads, 0, ctx.stream>>>(out, partials, G);
+    CUDA_CHECK_LAST();
+}
+
+void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
+                                 const floatX* values, const llmc::ShardMap& map) {
+    NvtxRange range("global_norm_squared_sharded");
+    LLMC_CHECK(out != nullptr && scratch != nullptr && values != nullptr,
+               "global_norm_squared_sharded: out, scratch and values must be given");
+    bool vec = reinterpret_cast<uintptr_t>(values) % 16 == 0;
+    for (int k = 0; k < map.count; k++) {
+        vec = vec && map.chunk[k] % kVecX == 0 && map.offset[k] % kVecX == 0 &&
+              map.slice[k] % kVecX == 0;
+    }
+    const int G = num_partials(ctx);
+    float* partials = static_cast<float*>(scratch);
+    if (vec) {
+        sum_of_squares_sharded_partials_kernel<kVecX>
+            <<<G, kThreads, 0, ctx.stream>>>(partials, values, map);
+    } else {
+        sum_of_squares_sharded_partials_kernel<1>
+            <<<G, kThreads, 0, ctx.stream>>>(partials, values, map);
     }
     CUDA_CHECK_LAST();
     sum_partials_kernel<<<1, kFinalThreads, 0, ctx.stream>>>(out, partials, G);

@@ -4,7 +4,12 @@
 #pragma once
 #include "context.cuh"
 #include "precision.cuh"
+#include "shard_map.h"
 
 size_t global_norm_scratch_bytes(const Context& ctx);
 void global_norm_squared(const Context& ctx, float* out, void* scratch, const floatX* values,
                          size_t n);
+// ZeRO-1: *out = the sum of squares over the chunks `map` gives this rank (global indices into
+// values, the whole gradient buffer); the caller all-reduces it over the ranks.
+void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
+                                 const floatX* values, const llmc::ShardMap& map);

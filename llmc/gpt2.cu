@@ -14,6 +14,7 @@
 #include "gpt2.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "multi_gpu.cuh"
 #include "nvtx.h"
 
 using namespace llmc;
@@ -143,7 +144,8 @@ GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B
     const size_t n = param_layout(cfg).total;
     plan.params = n * sizeof(floatX);
     plan.grads = n * sizeof(floatX);
-    plan.optimizer = (sizeof(floatX) != sizeof(float) ? 3 : 2) * n * sizeof(float);
+    plan.optimizer =
+        (sizeof(floatX) != sizeof(float) ? 3 : 2) * (n / opts.zero_shards) * sizeof(float);
     ArenaCarver carver(nullptr, &plan.activation_parts);
     GPT2Activations acts{};
     carve_activations(ctx, cfg, B, T, opts, &carver, &acts);
@@ -203,7 +205,11 @@ GPT2::~GPT2() {
 
 void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
                  const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper, const GPT2Options& opts) {
+                 const AdamWHyper& hyper, const GPT2Options& opts_in, MultiGpu* dist) {
+    GPT2Options opts = opts_in;
+    const bool sharded = dist != nullptr && dist->zero == 1;
+    opts.zero_shards = sharded ? dist->env.world_size : 1;
+    m->dist = dist;
     std::string why;
     LLMC_CHECK(validate_config(cfg, &why), "bad model config: %s", why.c_str());
     LLMC_CHECK(B >= 1 && T >= 1 && T <= cfg.max_seq_len,
@@ -254,19 +260,24 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     point_tensors(m->params, m->layout, m->param);
     point_tensors(m->grads, m->layout, m->grad);
     const bool with_master = sizeof(floatX) != sizeof(float);
-    device_alloc(reinterpret_cast<void**>(&m->opt_state), (with_master ? 3 : 2) * n * sizeof(float),
-                 "optimizer state");
+    // ZeRO-1 keeps only this rank's chunks of m, v and master (dist->shard's local numbering).
+    const size_t opt_n = sharded ? dist->shard.local_total() : n;
+    m->opt_elems = opt_n;
+    device_alloc(reinterpret_cast<void**>(&m->opt_state),
+                 (with_master ? 3 : 2) * opt_n * sizeof(float), "optimizer state");
     m->adam_m = m->opt_state;
-    m->adam_v = m->opt_state + n;
-    m->master = with_master ? m->opt_state + 2 * n : nullptr;
-    CUDA_CHECK(cudaMemsetAsync(m->opt_state, 0, 2 * n * sizeof(float), ctx.stream));
+    m->adam_v = m->opt_state + opt_n;
+    m->master = with_master ? m->opt_state + 2 * opt_n : nullptr;
+    CUDA_CHECK(cudaMemsetAsync(m->opt_state, 0, 2 * opt_n * sizeof(float), ctx.stream));
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n * sizeof(floatX), ctx.stream));
 
     // Parameters: fp32 from the host; the bf16 build keeps them as master weights and rounds.
     std::vector<floatX> converted(n);
     for (size_t i = 0; i < n; i++) converted[i] = from_float<floatX>(host_params[i]);
     CUDA_CHECK(cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-    if (with_master) {
+    if (with_master && sharded) {
+        multi_gpu_upload_shard(ctx, *dist, host_params.data(), m->master);
+    } else if (with_master) {
         CUDA_CHECK(
             cudaMemcpy(m->master, host_params.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -368,6 +379,10 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
                        a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C,
                        g[kFcprojb] + layer_slice(lay, kFcprojb, L - 1, L));
+    // Multi-GPU: each gradient group is reduced as soon as it is final (groups: shard_map.h).
+    // Layer l's fcproj bias gradient is final before layer l's group: it comes from the
+    // layernorm backward above (l = L - 1) or from layer l + 1's ln1 backward.
+    if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
@@ -412,8 +427,10 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
                            a.ln1_rstd + (size_t)l * N, N, C,
                            l > 0 ? g[kFcprojb] + layer_slice(lay, kFcprojb, l - 1, L) : nullptr);
+        if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
     }
     encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
+    if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L + 1);
 }
 
 void gpt2_forward_logits_row(const Context& ctx, GPT2* m, int pos, float* host_out) {

@@ -46,7 +46,12 @@ struct GPT2Options {
     int recompute = 0;
     // Rows of logits the classifier works on at once (capped at B*T).
     int classifier_chunk_rows = kDefaultClassifierChunkRows;
+    // Ranks the optimizer state is divided over (ZeRO-1; 1 = the whole state here). Set by
+    // gpt2_create from its MultiGpu; given here for gpt2_memory_plan.
+    int zero_shards = 1;
 };
+
+struct MultiGpu;  // multi_gpu.cuh
 
 // One activation per layer: layer l's slice starts at base + l * stride (elements). stride is
 // the slice rounded up to 256 bytes, so every slice is aligned like a buffer of its own (the
@@ -122,6 +127,7 @@ struct GPT2 {
     floatX* params = nullptr;    // one allocation
     floatX* grads = nullptr;     // one allocation
     float* opt_state = nullptr;  // m, v (and master in bf16): one allocation
+    size_t opt_elems = 0;        // elements of each of m, v, master: num_params, or the shard's
     float *adam_m = nullptr, *adam_v = nullptr, *master = nullptr;
     floatX* param[llmc::kNumParamTensors];
     floatX* grad[llmc::kNumParamTensors];
@@ -136,6 +142,10 @@ struct GPT2 {
     AdamWHyper hyper{};
     cudaGraphExec_t graph = nullptr;
     bool warmed_up = false;
+    // Data parallel (multi_gpu.cuh), null on one GPU. reduce_grads: the backward hands each
+    // finished gradient group to it (set by the step for the last micro-step only).
+    MultiGpu* dist = nullptr;
+    bool reduce_grads = false;
 
     GPT2() = default;
     GPT2(const GPT2&) = delete;
@@ -145,10 +155,13 @@ struct GPT2 {
 
 // Allocates everything for micro-batches of (B, T) with grad_accum micro-steps per step and
 // uploads `host_params` (fp32, model-file layout). Refuses, with the sizes and what to change,
-// a model that does not fit in the free device memory.
+// a model that does not fit in the free device memory. With `dist` (more than one process) the
+// step reduces gradients over the ranks; with dist->zero == 1 the optimizer state is only this
+// rank's shard (dist->shard).
 void gpt2_create(const Context& ctx, GPT2* model, const llmc::GPT2Config& cfg,
                  const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper, const GPT2Options& opts = GPT2Options());
+                 const AdamWHyper& hyper, const GPT2Options& opts = GPT2Options(),
+                 MultiGpu* dist = nullptr);
 
 // The device memory gpt2_create would allocate, by part, without allocating anything.
 GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const llmc::GPT2Config& cfg, int B, int T,

@@ -7,6 +7,7 @@
 #include "adamw.cuh"
 #include "global_norm.cuh"
 #include "gpt2.cuh"
+#include "multi_gpu.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -24,15 +25,39 @@ void enqueue_step(const Context& ctx, GPT2* m) {
     for (int micro = 0; micro < m->grad_accum; micro++) {
         const int* inputs = m->d_tokens + (size_t)micro * 2 * N;
         const int* targets = inputs + N;
+        // Multi-GPU: the gradients are reduced over the ranks once, after the last micro-step.
+        m->reduce_grads = m->dist != nullptr && micro == m->grad_accum - 1;
         gpt2_forward(ctx, m, inputs, targets, m->d_results, loss_scale,
                      /*backward_classifier=*/true);
         gpt2_backward(ctx, m, inputs);
     }
-    {
+    m->reduce_grads = false;
+    if (m->dist == nullptr) {
         NvtxRange range("optimizer");
         global_norm_squared(ctx, m->d_results + 1, m->acts.norm_scratch, m->grads, m->num_params);
         adamw_update(ctx, m->params, m->master, m->adam_m, m->adam_v, m->grads, m->tensors,
                      m->hyper, m->d_step_values, m->d_results + 1);
+    } else {
+        NvtxRange range("optimizer");
+        MultiGpu* d = m->dist;
+        multi_gpu_join(ctx, d);
+        multi_gpu_all_reduce(ctx, d, m->d_results, 1, llmc::kNcclAvg);  // the global mean loss
+        if (d->zero == 1) {
+            // Each rank holds the reduced gradients of its own chunks only: the squared norm of
+            // those, summed over the ranks, is the global one (the same on every rank, so every
+            // rank skips a non-finite step alike).
+            global_norm_squared_sharded(ctx, m->d_results + 1, m->acts.norm_scratch, m->grads,
+                                        d->shard);
+            multi_gpu_all_reduce(ctx, d, m->d_results + 1, 1, llmc::kNcclSum);
+            adamw_update_sharded(ctx, m->params, m->master, m->adam_m, m->adam_v, m->grads,
+                                 d->shard, m->hyper, m->d_step_values, m->d_results + 1);
+            multi_gpu_all_gather_params(ctx, d, m->params);
+        } else {
+            global_norm_squared(ctx, m->d_results + 1, m->acts.norm_scratch, m->grads,
+                                m->num_params);
+            adamw_update(ctx, m->params, m->master, m->adam_m, m->adam_v, m->grads, m->tensors,
+                         m->hyper, m->d_step_values, m->d_results + 1);
+        }
     }
     CUDA_CHECK(cudaMemcpyAsync(m->io.results, m->d_results, 2 * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx.stream));
@@ -51,7 +76,12 @@ void gpt2_step(const Context& ctx, GPT2* m, bool use_graph) {
     }
     if (m->graph == nullptr) {
         cudaGraph_t g = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        // Multi-GPU: relaxed, since NCCL may set up a connection (cudaMalloc, host calls) in
+        // this thread the first time a collective shape appears, which thread-local capture
+        // would refuse.
+        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, m->dist != nullptr
+                                                          ? cudaStreamCaptureModeRelaxed
+                                                          : cudaStreamCaptureModeThreadLocal));
         enqueue_step(ctx, m);
         CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
         CUDA_CHECK(cudaGraphInstantiate(&m->graph, g, 0));

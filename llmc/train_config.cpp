@@ -84,9 +84,19 @@ const char* kHelp =
     "               state_SSSSSSSS.bin file (then -o defaults to its directory)\n"
     "  --stop-after N   stop after step N as if interrupted (checkpoint, exit 0); the schedule\n"
     "               still spans -x steps, so a --resume continues the same run\n"
+    "multi-GPU (one process per GPU: scripts/launch.sh -n N, mpirun -np N or srun; README):\n"
+    "  -b and -d    -b is each GPU's micro-batch; -d counts the tokens of all GPUs (default\n"
+    "               N*B*T), so N GPUs at -b B read the batches of one GPU at -b N*B\n"
+    "  --zero 0|1   1 (the default with N > 1): each GPU keeps 1/N of the optimizer state\n"
+    "               (ZeRO stage 1; needs C % N == 0); 0: every GPU keeps all of it\n"
+    "  --init-file PATH  share the NCCL id through PATH on a shared filesystem instead of\n"
+    "               TCP (also LLMC_INIT_FILE)\n"
     "  -h, --help   this text\n"
     "\n"
-    "environment: LLMC_DEBUG_SYNC=1 synchronizes after every kernel to locate a fault.\n";
+    "environment: LLMC_DEBUG_SYNC=1 synchronizes after every kernel to locate a fault.\n"
+    "multi-GPU: LLMC_RANK/LLMC_WORLD_SIZE/LLMC_LOCAL_RANK (else OpenMPI's or Slurm's),\n"
+    "LLMC_MASTER_ADDR/LLMC_MASTER_PORT (or MASTER_ADDR/MASTER_PORT; default 127.0.0.1:29517),\n"
+    "LLMC_NCCL_LIB (libnccl.so.2 to load), LLMC_BOOTSTRAP_TIMEOUT, LLMC_NCCL_TIMEOUT (s).\n";
 
 [[noreturn]] void usage_error(const char* fmt, const char* a, const char* b = "") {
     std::fprintf(stderr, "error: ");
@@ -222,6 +232,10 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->tokenizer = v;
         else if (is("--max-bad-steps"))
             c->max_bad_steps = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--zero"))
+            c->zero = (int)parse_int(f, v, 0, 1);
+        else if (is("--init-file"))
+            c->init_file = v;
         else
             usage_error("unknown option '%s'", f);
     }
@@ -250,12 +264,19 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
                       c->steps);
         usage_error("--stop-after %s", msg);
     }
-    const long long bt = (long long)c->B * c->T;
+    if (c->zero < 0) c->zero = c->world_size > 1 ? 1 : 0;
+    const long long bt = (long long)c->world_size * c->B * c->T;
     if (c->total_batch < 0) c->total_batch = bt;
     if (c->total_batch % bt != 0) {
-        char msg[160];
-        std::snprintf(msg, sizeof(msg), "%lld is not a multiple of B*T = %d*%d = %lld",
-                      c->total_batch, c->B, c->T, bt);
+        char msg[200];
+        if (c->world_size > 1)
+            std::snprintf(msg, sizeof(msg),
+                          "%lld is not a multiple of GPUs*B*T = %d*%d*%d = %lld (-d counts the "
+                          "tokens of all GPUs)",
+                          c->total_batch, c->world_size, c->B, c->T, bt);
+        else
+            std::snprintf(msg, sizeof(msg), "%lld is not a multiple of B*T = %d*%d = %lld",
+                          c->total_batch, c->B, c->T, bt);
         usage_error("total batch (-d) %s", msg);
     }
 }
@@ -269,7 +290,10 @@ void print_train_config(const TrainConfig& c, FILE* out) {
                  c.output_dir.empty() ? "(none)" : c.output_dir.c_str());
     std::fprintf(out, "B, T             %d, %d\n", c.B, c.T);
     std::fprintf(out, "tokens per step  %lld (%lld micro-steps)\n", c.total_batch,
-                 c.total_batch / ((long long)c.B * c.T));
+                 c.total_batch / ((long long)c.world_size * c.B * c.T));
+    if (c.world_size > 1)
+        std::fprintf(out, "GPUs, zero       %d, %d (global micro-batch %d sequences)\n",
+                     c.world_size, c.zero, c.world_size * c.B);
     std::fprintf(out, "steps            %d\n", c.steps);
     std::fprintf(out, "lr, warmup       %g, %d\n", c.lr, c.warmup);
     std::fprintf(out, "AdamW            beta1 %g beta2 %g eps %g weight decay %g\n", c.beta1,
@@ -325,6 +349,7 @@ void write_train_config_json(const TrainConfig& c, const std::string& extra, FIL
     std::fprintf(out, "  \"temperature\": %.9g,\n  \"top_k\": %d,\n  \"sample_seed\": %llu,\n",
                  c.temperature, c.top_k, c.sample_seed);
     std::fprintf(out, "  \"tokenizer\": %s,\n", json_string(c.tokenizer).c_str());
+    std::fprintf(out, "  \"world_size\": %d,\n  \"zero\": %d,\n", c.world_size, c.zero);
     std::fprintf(out, "  \"max_bad_steps\": %d%s%s\n}\n", c.max_bad_steps,
                  extra.empty() ? "" : ",\n  ", extra.c_str());
 }

@@ -56,10 +56,16 @@ struct TrainConfig {
     std::string resume_path;   //     PATH: a run dir or state file ("" = -o's newest)
     int stop_after = 0;        // --stop-after N  stop (checkpoint, exit 0) after step N
     int max_bad_steps = 10;    // --max-bad-steps K  stop after K non-finite steps in a row
+
+    // multi-GPU (one process per GPU; llmc/multi_gpu.cuh)
+    int world_size = 1;     // not an option: the launcher's, set before parsing (dist_env.h)
+    int zero = -1;          // --zero 0|1  1: ZeRO-1 sharded optimizer (-1 = 1 when world > 1)
+    std::string init_file;  // --init-file PATH  share the NCCL id through a file, not TCP
 };
 
 // Parses argv into cfg. Prints the help and exits 0 on -h/--help; exits 2 with one sentence
-// on an unknown flag, a missing or malformed value, or a value out of range.
+// on an unknown flag, a missing or malformed value, or a value out of range. cfg->world_size
+// must be set first: -d counts the tokens of all ranks and defaults to world_size * B * T.
 void parse_train_args(int argc, char** argv, TrainConfig* cfg);
 
 // Prints the resolved configuration, one option a line.

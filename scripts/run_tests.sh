@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_tests.sh: every test this machine can run; `make test` calls it after building.
 #
-# CPU (always): the host tests (model files, data loader), the trainer's option checks, and the
+# CPU (always): the host tests (model files, data loader, multi-GPU bootstrap and shard map),
+# the trainer's option checks, scripts/launch.sh with stand-in ranks, and the
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
 # the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
 # reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
@@ -39,6 +40,7 @@ for t in build/host/dev/test_*; do
     [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
+run launch_checks bash dev/test_launch.sh
 run format_check make --no-print-directory format-check
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"

@@ -33,6 +33,13 @@ expect 2 "--tf32 must be in" -i x --tf32 2
 expect 2 "--shuffle must be in" -i x --shuffle 2
 expect 2 "--prefetch needs a whole number" -i x --prefetch on
 expect 2 "--recompute must be in 0..2" -i x --recompute 3
+# multi-GPU: the launcher's variables and the options that depend on the world size
+expect 2 "--zero must be in 0..1" -i x --zero 2
+LLMC_RANK=2 LLMC_WORLD_SIZE=2 expect 2 "not a rank below a world size" -i x
+LLMC_RANK=0 expect 2 "LLMC_WORLD_SIZE is not" -i x
+LLMC_RANK=0 LLMC_WORLD_SIZE=2 expect 2 "not a multiple of GPUs\*B\*T" -i x -b 4 -t 64 -d 256
+LLMC_RANK=0 LLMC_WORLD_SIZE=5 expect 1 "use a number of GPUs that divides C" -i x -e d12 -t 64
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=x expect 2 "OMPI_COMM_WORLD_SIZE=x" -i x
 expect 2 "--recompute must be in 0..2" -i x --recompute -1
 expect 2 "--recompute needs a whole number" -i x --recompute all
 expect 2 "--recompute needs a value" -i x --recompute

@@ -1,0 +1,227 @@
+// multi_gpu.cu: NCCL communicator, gradient reduction overlapped with the backward, ZeRO-1
+// parameter gather, host-side reductions and checkpoint shard gathering (see multi_gpu.cuh).
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multi_gpu.cuh"
+#include "nvtx.h"
+
+using namespace llmc;
+
+namespace {
+
+constexpr int kFloatX = sizeof(floatX) == 2 ? kNcclBfloat16 : kNcclFloat32;
+// Floats per piece when gathering a shard for a checkpoint: 64 MiB of device staging.
+constexpr size_t kGatherPiece = 16u << 20;
+
+double env_seconds(const char* name, double fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    LLMC_CHECK(*end == '\0' && s > 0, "%s='%s' is not a positive number of seconds.", name, v);
+    return s;
+}
+
+}  // namespace
+
+MultiGpu::~MultiGpu() {
+    if (comm != nullptr) nccl.CommDestroy(comm);
+    for (cudaEvent_t e : group_ready) cudaEventDestroy(e);
+    if (comm_done) cudaEventDestroy(comm_done);
+    if (comm_stream) cudaStreamDestroy(comm_stream);
+    cudaFree(d_scratch);
+}
+
+void multi_gpu_init(MultiGpu* d, const Context& ctx, const DistEnv& env,
+                    const BootstrapOptions& bootstrap, uint64_t fingerprint, int zero,
+                    const GPT2Config& cfg) {
+    d->env = env;
+    d->bootstrap = bootstrap;
+    d->zero = zero;
+    d->timeout_s = env_seconds("LLMC_NCCL_TIMEOUT", 600.0);
+    std::string why;
+    if (zero == 1)
+        LLMC_CHECK(shard_map_build(cfg, env.world_size, env.rank, &d->shard, &why), "%s.",
+                   why.c_str());
+    // NVLink multicast (NVLS) stays off: the GPU machines this project runs on must not use
+    // it. Set before the communicator exists, since NCCL reads it then; a user's setting wins.
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    LLMC_CHECK(nccl_load(&d->nccl, &why), "%s.", why.c_str());
+    NcclUniqueId id{};
+    if (env.rank == 0) NCCL_CHECK(d->nccl, d->nccl.GetUniqueId(&id));
+    LLMC_CHECK(bootstrap_share_id(env, bootstrap, fingerprint,
+                                  reinterpret_cast<uint8_t*>(id.internal), &why),
+               "%s.", why.c_str());
+    CUDA_CHECK(cudaSetDevice(ctx.device));
+    NCCL_CHECK(d->nccl, d->nccl.CommInitRank(&d->comm, env.world_size, id, env.rank));
+    bootstrap_cleanup(env, bootstrap);
+    // The gradient reduction runs beside the backward: a higher priority lets its small
+    // kernels start as soon as a group is ready rather than after the queued compute.
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
+    for (int g = 0; g < grad_group_count(cfg); g++) {
+        d->groups.push_back(grad_group_slices(cfg, g));
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        d->group_ready.push_back(e);
+    }
+    CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc(&d->d_scratch, 2 * sizeof(float)));
+    std::printf(
+        "multi-GPU        %d processes (%s), rank %d on device %d, NCCL %d from %s, "
+        "zero %d\n",
+        env.world_size, env.source.c_str(), env.rank, ctx.device, d->nccl.version,
+        d->nccl.path.c_str(), zero);
+}
+
+void multi_gpu_grads_ready(const Context& ctx, MultiGpu* d, floatX* grads, int group) {
+    NvtxRange range("reduce gradients", group);
+    cudaEvent_t ready = d->group_ready[group];
+    CUDA_CHECK(cudaEventRecord(ready, ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(d->comm_stream, ready, 0));
+    const NcclApi& n = d->nccl;
+    const int W = d->env.world_size, r = d->env.rank;
+    NCCL_CHECK(n, n.GroupStart());
+    for (const GradSlice& s : d->groups[group]) {
+        floatX* base = grads + s.offset;
+        if (d->zero == 1) {
+            const size_t chunk = s.count / W;
+            NCCL_CHECK(n, n.ReduceScatter(base, base + (size_t)r * chunk, chunk, kFloatX, kNcclAvg,
+                                          d->comm, d->comm_stream));
+        } else {
+            NCCL_CHECK(
+                n, n.AllReduce(base, base, s.count, kFloatX, kNcclAvg, d->comm, d->comm_stream));
+        }
+    }
+    NCCL_CHECK(n, n.GroupEnd());
+}
+
+void multi_gpu_join(const Context& ctx, MultiGpu* d) {
+    CUDA_CHECK(cudaEventRecord(d->comm_done, d->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, d->comm_done, 0));
+}
+
+void multi_gpu_all_reduce(const Context& ctx, MultiGpu* d, float* values, size_t n, NcclRedOp op) {
+    NCCL_CHECK(d->nccl,
+               d->nccl.AllReduce(values, values, n, kNcclFloat32, op, d->comm, ctx.stream));
+}
+
+void multi_gpu_all_gather_params(const Context& ctx, MultiGpu* d, floatX* params) {
+    NvtxRange range("gather parameters");
+    const NcclApi& n = d->nccl;
+    const int W = d->env.world_size, r = d->env.rank;
+    NCCL_CHECK(n, n.GroupStart());
+    for (const auto& group : d->groups) {
+        for (const GradSlice& s : group) {
+            floatX* base = params + s.offset;
+            const size_t chunk = s.count / W;
+            NCCL_CHECK(n, n.AllGather(base + (size_t)r * chunk, base, chunk, kFloatX, d->comm,
+                                      ctx.stream));
+        }
+    }
+    NCCL_CHECK(n, n.GroupEnd());
+}
+
+float multi_gpu_host_reduce(const Context& ctx, MultiGpu* d, float value, NcclRedOp op) {
+    CUDA_CHECK(
+        cudaMemcpyAsync(d->d_scratch, &value, sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
+    multi_gpu_all_reduce(ctx, d, d->d_scratch, 1, op);
+    // Wait through multi_gpu_wait (a failed peer ends this rank), then copy: a copy to pageable
+    // memory would block in the driver until the collective is done.
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+    multi_gpu_wait(ctx, d, done);
+    CUDA_CHECK(cudaEventDestroy(done));
+    float out = 0.0f;
+    CUDA_CHECK(cudaMemcpy(&out, d->d_scratch, sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+}
+
+void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point next_check = start;
+    while (true) {
+        const cudaError_t q = cudaEventQuery(event);
+        if (q == cudaSuccess) return;
+        if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        // Yield rather than sleep: like the driver's own spin-wait, it returns within
+        // microseconds of the step's end (a sleep costs ~60 us of timer slack a step).
+        std::this_thread::yield();
+        const Clock::time_point now = Clock::now();
+        if (now < next_check) continue;
+        next_check = now + std::chrono::milliseconds(10);
+        int async = 0;
+        NCCL_CHECK(d->nccl, d->nccl.CommGetAsyncError(d->comm, &async));
+        const double waited = std::chrono::duration<double>(now - start).count();
+        if (async != 0 || waited > d->timeout_s) {
+            d->nccl.CommAbort(d->comm);
+            d->comm = nullptr;
+            if (async != 0)
+                LLMC_FAIL(
+                    "rank %d: NCCL reported an error (%s): another rank probably failed; "
+                    "see its output.",
+                    d->env.rank, d->nccl.GetErrorString(async));
+            LLMC_FAIL(
+                "rank %d waited %.0f s for a step or collective that did not finish: another "
+                "rank probably stopped or failed (see its output), or raise LLMC_NCCL_TIMEOUT.",
+                d->env.rank, waited);
+        }
+    }
+}
+
+void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_local,
+                             float* host_full) {
+    const NcclApi& n = d->nccl;
+    const size_t local = d->shard.local_total();
+    const size_t piece = std::min(local, kGatherPiece);
+    const int W = d->env.world_size;
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    if (d->env.rank != 0) {
+        for (size_t o = 0; o < local; o += piece)
+            NCCL_CHECK(n, n.Send(d_local + o, std::min(piece, local - o), kNcclFloat32, 0, d->comm,
+                                 ctx.stream));
+        CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+        multi_gpu_wait(ctx, d, done);
+        CUDA_CHECK(cudaEventDestroy(done));
+        return;
+    }
+    float* staging = nullptr;
+    CUDA_CHECK(cudaMalloc(&staging, piece * sizeof(float)));
+    std::vector<float> host(piece);
+    for (size_t o = 0; o < local; o += piece) {
+        const size_t count = std::min(piece, local - o);
+        for (int q = 0; q < W; q++) {
+            const float* src = d_local + o;
+            if (q != 0) {
+                NCCL_CHECK(n, n.Recv(staging, count, kNcclFloat32, q, d->comm, ctx.stream));
+                CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+                multi_gpu_wait(ctx, d, done);
+                src = staging;
+            }
+            CUDA_CHECK(cudaMemcpy(host.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost));
+            ShardMap of_q = d->shard;
+            of_q.rank = q;
+            shard_local_to_global(of_q, host.data(), o, count, host_full);
+        }
+    }
+    CUDA_CHECK(cudaFree(staging));
+    CUDA_CHECK(cudaEventDestroy(done));
+}
+
+void multi_gpu_upload_shard(const Context& ctx, const MultiGpu& d, const float* host_full,
+                            float* d_local) {
+    std::vector<float> local(d.shard.local_total());
+    shard_global_to_local(d.shard, host_full, local.data());
+    CUDA_CHECK(
+        cudaMemcpy(d_local, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
