@@ -13,7 +13,9 @@
 // plus one bf16 ulp of the tensor's largest value (two correct implementations can round an
 // output element to neighbouring bf16 values).
 // The first run starts from NaN-filled outputs and scratch; a second run must reproduce every
-// output bit for bit (determinism). `--small` runs only the small shapes (for compute-sanitizer).
+// output bit for bit (determinism). Every shape runs the default tile-shape variants, then each
+// other variant of one pass with the others at default (flash_attention_variants).
+// `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -6,27 +6,39 @@
 //             s > t), online softmax in fp32 (running max m and sum l, exp2 with log2(e)
 //             folded into the scale), O = O * exp(m_old - m_new) + P V with P rounded to bf16;
 //             out = O / l, lse = m + log l.
-//   backward: D_t = dO_t . O_t (one small kernel, fp32).  P = exp(S - lse) is recomputed from
-//             q, k and lse;  dP = dO V^T;  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;
-//             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
-//             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
+//   backward: P = exp(S - lse) is recomputed from q, k and lse;  dP = dO V^T;  D_t = dO_t . O_t
+//             (fp32);  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;  dQ = scale dS K.
+//             One kernel per query tile computes dQ (looping over key tiles) and D for its rows;
+//             then one per key tile computes dK, dV (looping over query tiles): S and dP are
 //             computed twice, the price of a deterministic dQ without atomics.
 // GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward
-// at HS <= 64, K and V or Q and dO in backward) stays in registers, B operands come from shared
+// where it fits, K and V or Q and dO in backward) stays in registers, B operands come from shared
 // memory through ldmatrix (.trans where the operand's k dimension runs along rows). Global ->
-// shared by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
-// ldmatrix hit distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the
-// causal mask hides keys >= T from every valid query row, and query rows >= T are neither
-// stored nor, in backward, given weight (their lse is +inf, so P = 0).
+// shared by cp.async in 2 (or 3) stages with one barrier per tile (the barrier that makes tile i
+// visible also ends every warp's reads of tile i - 1, whose stage the next prefetch takes);
+// lse and D tiles too. Shared rows padded by 16 bytes so the 8 row addresses of an ldmatrix hit
+// distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the causal mask hides
+// keys >= T from every valid query row; query rows >= T are not stored and add nothing in
+// backward (dQ gives them lse = +inf, so P = 0; in dK/dV their q, dO, lse and D are 0, so
+// P dO = 0 and dS = 0).
 // (Tried and dropped, H100, 2026-11-23: single K and V buffers with V loading during Q K^T,
-// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower.)
+// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower; a single-pass
+// backward whose dQ tiles are summed in fp32 in global memory in a fixed key-tile order
+// through per-tile semaphores (blocks take tickets, so never deadlock), deterministic and
+// correct but 2.6-3.9 ms against 1.76 (each tile waits for an L2 read-add-write and a fence);
+// forward skipping O *= alpha when the warp's maxima did not move, 5% slower.)
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
 // Last measured (dev/bench_attention, H100 80GB HBM3, 2026-11-23, B=64 NH=12, causal FLOPs:
-// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling):
-//   HS=64  T=1024: forward 0.507 ms, 203 TFLOP/s (25%); backward 1.927 ms, 134 TFLOP/s (17%)
-//   HS=64  T=2048: forward 1.730 ms, 238 TFLOP/s (30%); backward 6.576 ms, 157 TFLOP/s (20%)
-//   HS=128 T=1024: forward 0.987 ms, 209 TFLOP/s (26%); backward 3.855 ms, 134 TFLOP/s (17%)
-// PyTorch 2.11 in the same run (scripts/bench_attention.py), HS=64 T=1024: flash backend
+// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling; the previous
+// kernels in the same run in brackets):
+//   HS=64  T=256 : forward 0.064 ms (0.065); backward 0.182 ms, 88 TFLOP/s (0.244)
+//   HS=64  T=1024: forward 0.494 ms, 209 TFLOP/s (26%) (0.503); backward 1.542 ms, 167 TFLOP/s
+//                  (21%) (1.924)
+//   HS=64  T=2048: forward 1.703 ms, 242 TFLOP/s (30%) (1.718); backward 5.560 ms, 185 TFLOP/s
+//                  (23%) (6.573)
+//   HS=128 T=1024: forward 0.983 ms, 210 TFLOP/s (26%) (0.992); backward 3.236 ms, 159 TFLOP/s
+//                  (20%) (3.831)
+// PyTorch 2.11 (scripts/bench_attention.py, an earlier run), HS=64 T=1024: flash backend
 // 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
 #include <cmath>
 #include <cstdint>
@@ -285,7 +297,7 @@ __device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[H
 // 16*MT of them) and walks key tiles of BC rows from the diagonal down to 0. Q_IN_REGS keeps
 // the warp's Q fragments in registers (else they are read from shared memory per k-step);
 // MIN_BLOCKS is the blocks per SM the register cap aims at.
-template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, bool Q_IN_REGS>
+template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, bool Q_IN_REGS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     flash_attention_forward_kernel(bf16* __restrict__ out,        // (B, T, C)
                                    float* __restrict__ lse,       // (B, NH, T)
@@ -295,8 +307,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     constexpr int NT = BC / 8;  // score fragments per m-tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
-    bf16* k_s = q_s + BR * S;                       // [2][BC][S]
-    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+    bf16* k_s = q_s + BR * S;                       // [STAGES][BC][S]
+    bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
@@ -309,9 +321,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
 
     load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
-    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
-    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
-    cp_async_commit();
+    // Key tiles it = 0 .. STAGES - 2 ahead, one commit group each (the first with Q).
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {
+        if (j < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + j * BC * S, k_g, C3, (n_kb - 1 - j) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + j * BC * S, v_g, C3, (n_kb - 1 - j) * BC, T);
+        }
+        cp_async_commit();
+    }
 
     float o[MT][HS / 8][4] = {};
     float m[MT][2], l[MT][2];
@@ -325,14 +343,18 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
     for (int it = 0; it < n_kb; it++) {
-        const int kb = n_kb - 1 - it, stage = it & 1;
-        if (it + 1 < n_kb) {
-            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
-            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        const int kb = n_kb - 1 - it, stage = it % STAGES;
+        // Tile it has landed once at most STAGES - 2 newer groups are pending. After the
+        // barrier every warp is also done with tile it - 1, whose stage the prefetch reuses:
+        // one barrier per tile.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (it + STAGES - 1 < n_kb) {
+            const int ps = (it + STAGES - 1) % STAGES, r0 = (kb - STAGES + 1) * BC;
+            load_tile<HS, BC, THREADS>(k_s + ps * BC * S, k_g, C3, r0, T);
+            load_tile<HS, BC, THREADS>(v_s + ps * BC * S, v_g, C3, r0, T);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         if constexpr (Q_IN_REGS) {
             if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
         }
@@ -395,7 +417,6 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             }
             mma_pv<HS, MT, NT>(o, s, v_s + stage * BC * S, lane);
         }
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
 #pragma unroll
@@ -441,7 +462,7 @@ __device__ __forceinline__ void load_row_stats(float* lse_s, float* d_s, const f
 // fragments in registers); loops over key tiles of BC rows from the diagonal down to 0.
 // It also computes D_t = dO_t . O_t for its rows (fp32) and stores it for the dK/dV kernel,
 // which runs after it.
-template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS>
+template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     flash_attention_backward_dq_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
                                        float* __restrict__ D,          // (B, NH, T)
@@ -455,8 +476,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
     bf16* do_s = q_s + BR * S;                      // [BR][S]
-    bf16* k_s = do_s + BR * S;                      // [2][BC][S]
-    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+    bf16* k_s = do_s + BR * S;                      // [STAGES][BC][S]
+    bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
@@ -471,9 +492,14 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
     load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
     load_tile<HS, BR, THREADS>(do_s, dout + o_off, C, q0, T);
-    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
-    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
-    cp_async_commit();
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {  // as in the forward
+        if (j < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + j * BC * S, k_g, C3, (n_kb - 1 - j) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + j * BC * S, v_g, C3, (n_kb - 1 - j) * BC, T);
+        }
+        cp_async_commit();
+    }
 
     const int warp_row0 = q0 + warp * WR;
     const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
@@ -516,14 +542,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     uint32_t qf[MT][HS / 16][4], dof[MT][HS / 16][4];  // the warp's Q and dO rows, A operands
 
     for (int it = 0; it < n_kb; it++) {
-        const int kb = n_kb - 1 - it, stage = it & 1;
-        if (it + 1 < n_kb) {
-            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
-            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        const int kb = n_kb - 1 - it, stage = it % STAGES;
+        cp_async_wait<STAGES - 2>();  // one barrier per tile, as in the forward
+        __syncthreads();
+        if (it + STAGES - 1 < n_kb) {
+            const int ps = (it + STAGES - 1) % STAGES, r0 = (kb - STAGES + 1) * BC;
+            load_tile<HS, BC, THREADS>(k_s + ps * BC * S, k_g, C3, r0, T);
+            load_tile<HS, BC, THREADS>(v_s + ps * BC * S, v_g, C3, r0, T);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         const bf16* kt = k_s + stage * BC * S;
         const bf16* vt = v_s + stage * BC * S;
 
@@ -566,7 +593,6 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             }
             mma_pv<HS, MT, NT>(dq, dp, kt, lane);
         }
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
     bf16* dq_g = dqkv + (long long)b * T * C3 + h * HS;
 #pragma unroll
@@ -580,7 +606,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // fragment rows, so P^T and dS^T are directly the A operands of dV += P^T dO and
 // dK += dS^T Q. KEEP_KV keeps the warp's K and V fragments in registers (else they are read
 // from shared memory per k-step).
-template <int HS, int WARPS, int MT, int BR, int MIN_BLOCKS, bool KEEP_KV>
+template <int HS, int WARPS, int MT, int BR, int MIN_BLOCKS, bool KEEP_KV, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     flash_attention_backward_dkdv_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
                                          const bf16* __restrict__ qkv,   // (B, T, 3C)
@@ -591,12 +617,12 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     constexpr int WK = 16 * MT, BC = WK * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BR / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);               // [BC][S]
-    bf16* v_s = k_s + BC * S;                                    // [BC][S]
-    bf16* q_s = v_s + BC * S;                                    // [2][BR][S]
-    bf16* do_s = q_s + 2 * BR * S;                               // [2][BR][S]
-    float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * S);  // [2][BR]
-    float* d_s = lse_s + 2 * BR;                                 // [2][BR]
+    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);                    // [BC][S]
+    bf16* v_s = k_s + BC * S;                                         // [BC][S]
+    bf16* q_s = v_s + BC * S;                                         // [STAGES][BR][S]
+    bf16* do_s = q_s + STAGES * BR * S;                               // [STAGES][BR][S]
+    float* lse_s = reinterpret_cast<float*>(do_s + STAGES * BR * S);  // [STAGES][BR]
+    float* d_s = lse_s + STAGES * BR;                                 // [STAGES][BR]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kb = blockIdx.x;  // low key tiles have the most query tiles: they start first
@@ -611,10 +637,18 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
     load_tile<HS, BC, THREADS>(k_s, q_g + C, C3, k0, T);
     load_tile<HS, BC, THREADS>(v_s, q_g + 2 * C, C3, k0, T);
-    load_tile<HS, BR, THREADS>(q_s, q_g, C3, qb_first * BR, T);
-    load_tile<HS, BR, THREADS>(do_s, do_g, C, qb_first * BR, T);
-    load_row_stats<BR, THREADS>(lse_s, d_s, lse_g, d_g, qb_first * BR, T);
-    cp_async_commit();
+    // Query tiles qb_first .. qb_first + STAGES - 2 ahead, one commit group each (the first
+    // with K and V).
+    auto load_query_tile = [&](int qb, int st) {
+        load_tile<HS, BR, THREADS>(q_s + st * BR * S, q_g, C3, qb * BR, T);
+        load_tile<HS, BR, THREADS>(do_s + st * BR * S, do_g, C, qb * BR, T);
+        load_row_stats<BR, THREADS>(lse_s + st * BR, d_s + st * BR, lse_g, d_g, qb * BR, T);
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {
+        if (qb_first + j < n_qb) load_query_tile(qb_first + j, j);
+        cp_async_commit();
+    }
 
     float dk[MT][HS / 8][4] = {}, dv[MT][HS / 8][4] = {};
     const int warp_key0 = k0 + warp * WK;
@@ -623,16 +657,13 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     uint32_t vf[KEEP_KV ? MT : 1][KEEP_KV ? HS / 16 : 1][4];
 
     for (int qb = qb_first; qb < n_qb; qb++) {
-        const int stage = (qb - qb_first) & 1, nxt = stage ^ 1;
-        if (qb + 1 < n_qb) {
-            load_tile<HS, BR, THREADS>(q_s + nxt * BR * S, q_g, C3, (qb + 1) * BR, T);
-            load_tile<HS, BR, THREADS>(do_s + nxt * BR * S, do_g, C, (qb + 1) * BR, T);
-            load_row_stats<BR, THREADS>(lse_s + nxt * BR, d_s + nxt * BR, lse_g, d_g, (qb + 1) * BR,
-                                        T);
+        const int stage = (qb - qb_first) % STAGES;
+        cp_async_wait<STAGES - 2>();  // one barrier per tile, as in the forward
+        __syncthreads();
+        if (qb + STAGES - 1 < n_qb) {
+            load_query_tile(qb + STAGES - 1, (qb - qb_first + STAGES - 1) % STAGES);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
         if constexpr (KEEP_KV) {
             if (qb == qb_first) {
                 load_a_frags<HS, MT>(kf, k_s, warp * WK, lane);
@@ -703,7 +734,6 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             mma_pv<HS, MT, NT>(dv, p, dot, lane);
             mma_pv<HS, MT, NT>(dk, dp, qt, lane);
         }
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
@@ -716,74 +746,74 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
 // ---- Launch -----------------------------------------------------------------------------------
 
-// Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention can time
-// them in one run and dev/test_flash_attention can check each; variant 0 is the default.
-// Fields: warps per block, m-tiles of 16 rows per warp (the rows whose fragments are the A
-// operands), inner tile rows, blocks per SM the register cap aims at, A fragments kept in
-// registers. Above HS=64 the accumulators need the registers, so every variant falls back to
-// 16-row warps with their A operands from shared memory where the shapes below would spill.
+// Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention --variants
+// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, is
+// the fastest measured at HS=64 (H100, 2026-11-23, B=64 NH=12 T=1024; the others stay for the
+// next tuning round). Fields: warps per block, m-tiles of 16 rows per warp (the rows whose
+// fragments are the A operands), inner tile rows, blocks per SM the register cap aims at, A
+// fragments kept in registers, cp.async stages. Above HS=64 the accumulators need the
+// registers: every variant is the one shape that does not spill there.
+// Measured and dropped (same run, HS=64 T=1024): 3 stages, backward 1.62-1.69 vs 1.54 ms and
+// forward 0.50-0.52 vs 0.49 ms; 8 warps x 64-row inner tiles in the backward, 1.62-1.72 ms;
+// 64-key dQ tiles or 64-query dK/dV tiles at 2 blocks/SM, 1.61-1.73 ms; 32 rows per warp at
+// 8 warps or 128-key tiles in the forward, 0.53-0.65 ms; 16-key or 16-query inner tiles at 3-4
+// blocks/SM, 1.72-1.92 ms.
 struct Tiles {
     int warps, mt, inner, min_blocks;
     bool a_in_regs;
+    int stages = 2;  // cp.async stages of the inner tiles (prefetch distance stages - 1)
 };
 
-constexpr int kForwardVariants = 5;
-constexpr int kDqVariants = 5;
-constexpr int kDkdvVariants = 5;
+constexpr int kForwardVariants = 3;
+constexpr int kDqVariants = 3;
+constexpr int kDkdvVariants = 3;
 
 constexpr Tiles forward_tiles(int v, int hs) {
-    if (hs > 64 || v == 0) return Tiles{4, 2, hs <= 64 ? 64 : 32, 1, hs <= 64};
+    if (hs > 64) return Tiles{4, 2, 32, 1, false};
     switch (v) {
         case 1:
-            return Tiles{8, 2, 64, 1, true};
+            return Tiles{4, 2, 64, 1, true};
         case 2:
-            return Tiles{8, 1, 64, 2, false};
-        case 3:
-            return Tiles{4, 2, 32, 1, true};
+            return Tiles{8, 1, 64, 2, false, 3};
         default:
-            return Tiles{8, 2, 32, 1, true};
+            return Tiles{8, 1, 64, 2, false};
     }
 }
 
 constexpr Tiles dq_tiles(int v, int hs) {
-    if (hs > 64 || v == 0) return Tiles{4, 1, 32, hs <= 64 ? 3 : 2, true};
+    if (hs > 64) return Tiles{4, 1, 32, 2, true};
     switch (v) {
         case 1:
-            return Tiles{8, 1, 64, 1, true};
+            return Tiles{4, 1, 32, 3, true, 3};
         case 2:
-            return Tiles{4, 1, 64, 2, true};
-        case 3:
-            return Tiles{8, 1, 32, 1, true};
+            return Tiles{8, 1, 64, 1, true, 3};
         default:
-            return Tiles{4, 1, 32, 2, true};
+            return Tiles{4, 1, 32, 3, true};
     }
 }
 
 constexpr Tiles dkdv_tiles(int v, int hs) {
-    if (hs > 64 || v == 0) return Tiles{4, 1, 32, hs <= 64 ? 3 : 2, hs <= 64};
+    if (hs > 64) return Tiles{4, 1, 32, 2, false};
     switch (v) {
         case 1:
-            return Tiles{4, 1, 64, 2, true};
+            return Tiles{4, 1, 64, 2, false, 3};
         case 2:
-            return Tiles{8, 1, 64, 1, true};
-        case 3:
-            return Tiles{8, 1, 32, 1, true};
+            return Tiles{8, 1, 64, 1, true, 3};
         default:
-            return Tiles{4, 1, 64, 2, false};
+            return Tiles{4, 1, 32, 3, true};
     }
 }
 
-// Variant names (HS <= 64; above, every variant is variant 0).
+// Variant names (HS <= 64; above, every variant is the same shape).
 const char* const kForwardNames[kForwardVariants] = {
-    "4w x32 rows, 64 keys, 2/SM", "8w x32 rows, 64 keys, 1/SM",
-    "8w x16 rows, 64 keys, 2/SM, Q smem", "4w x32 rows, 32 keys, 2/SM",
-    "8w x32 rows, 32 keys, 1/SM"};
-const char* const kDqNames[kDqVariants] = {
-    "4w x16 rows, 32 keys, 3/SM", "8w x16 rows, 64 keys, 1/SM", "4w x16 rows, 64 keys, 2/SM",
-    "8w x16 rows, 32 keys, 1/SM", "4w x16 rows, 32 keys, 2/SM"};
-const char* const kDkdvNames[kDkdvVariants] = {"4w x16 keys, 32 q, 3/SM", "4w x16 keys, 64 q, 2/SM",
-                                               "8w x16 keys, 64 q, 1/SM", "8w x16 keys, 32 q, 1/SM",
-                                               "4w x16 keys, 64 q, 2/SM, KV smem"};
+    "8w x16 rows, 64 keys, 2/SM, Q smem", "4w x32 rows, 64 keys, 2/SM",
+    "8w x16 rows, 64 keys, 2/SM, Q smem, 3 stages"};
+const char* const kDqNames[kDqVariants] = {"4w x16 rows, 32 keys, 3/SM",
+                                           "4w x16 rows, 32 keys, 3/SM, 3 stages",
+                                           "8w x16 rows, 64 keys, 1/SM, 3 stages"};
+const char* const kDkdvNames[kDkdvVariants] = {"4w x16 keys, 32 q, 3/SM",
+                                               "4w x16 keys, 64 q, 2/SM, KV smem, 3 stages",
+                                               "8w x16 keys, 64 q, 1/SM, 3 stages"};
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
 // initializer), so launches inside CUDA graph capture make no attribute calls.
@@ -798,8 +828,9 @@ template <int HS, int V>
 void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
     constexpr Tiles t = forward_tiles(V, HS);
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
-    constexpr size_t smem = (size_t)(BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
-    auto kernel = flash_attention_forward_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.a_in_regs>;
+    constexpr size_t smem = (size_t)(BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel =
+        flash_attention_forward_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.a_in_regs, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale_log2 = kLog2e / sqrtf((float)HS);
@@ -814,8 +845,8 @@ void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, 
     constexpr Tiles t = dq_tiles(V, HS);
     static_assert(t.a_in_regs, "the dQ kernel keeps Q and dO in registers");
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
-    constexpr size_t smem = (size_t)(2 * BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
-    auto kernel = flash_attention_backward_dq_kernel<HS, t.warps, t.mt, BC, t.min_blocks>;
+    constexpr size_t smem = (size_t)(2 * BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel = flash_attention_backward_dq_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
@@ -830,9 +861,10 @@ void backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16
     constexpr Tiles t = dkdv_tiles(V, HS);
     constexpr int BC = 16 * t.mt * t.warps, BR = t.inner;
     constexpr size_t smem =
-        (size_t)(2 * BC + 4 * BR) * smem_stride<HS>() * sizeof(bf16) + 4 * BR * sizeof(float);
-    auto kernel =
-        flash_attention_backward_dkdv_kernel<HS, t.warps, t.mt, BR, t.min_blocks, t.a_in_regs>;
+        (size_t)(2 * BC + 2 * t.stages * BR) * smem_stride<HS>() * sizeof(bf16) +
+        2 * t.stages * BR * sizeof(float);
+    auto kernel = flash_attention_backward_dkdv_kernel<HS, t.warps, t.mt, BR, t.min_blocks,
+                                                       t.a_in_regs, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
