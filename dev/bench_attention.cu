@@ -1,7 +1,8 @@
 // bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores) against
 // the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
-//   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS]   (--shape: flash alone)
+//   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS] [--variants]
+//   (--shape: flash alone; --variants: also every tile-shape variant of flash, named in a legend)
 //
 // FLOPs (the FlashAttention papers' convention for causal attention): forward
 // 4 * B*NH*T*T*HS / 2 (two GEMMs, half of them masked), backward 2.5x the forward. TFLOP/s are
@@ -98,8 +99,10 @@ struct Buffers {
     }
 };
 
-// Returns the median forward + backward time of flash in ms.
-double bench_flash(const Context& ctx, const Shape& s, int iters) {
+// Returns the median forward + backward time of flash (default variants) in ms. With
+// `variants`, also times every other tile-shape variant of each pass (the backward with one
+// kernel's variant swapped, the other kernel at its default).
+double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants) {
     Buffers<__nv_bfloat16> d(s, flash_attention_scratch_bytes(s.B, s.T, s.NH), 1);
     const double gflop = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2 / 1e9;
     const Stats fwd = time_ms(ctx, iters, [&](int i) {
@@ -115,6 +118,31 @@ double bench_flash(const Context& ctx, const Shape& s, int iters) {
                                  d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T, s.NH, s.HS);
     });
     print_row("flash", "bwd", s, 2.5 * gflop, bwd);
+    if (variants) {
+        char impl[32];
+        for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
+            const Stats st = time_ms(ctx, iters, [&](int i) {
+                flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(), s.B, s.T,
+                                        s.NH, s.HS, v);
+            });
+            std::snprintf(impl, sizeof(impl), "flash fwd%d", v);
+            print_row(impl, "fwd", s, gflop, st);
+        }
+        flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH,
+                                s.HS);
+        for (int pass = 0; pass < 2; pass++) {
+            const FlashPass fp = pass == 0 ? FlashPass::kDq : FlashPass::kDkdv;
+            for (int v = 1; v < flash_attention_variants(fp); v++) {
+                const Stats st = time_ms(ctx, iters, [&](int i) {
+                    flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
+                                             d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T,
+                                             s.NH, s.HS, pass == 0 ? v : 0, pass == 1 ? v : 0);
+                });
+                std::snprintf(impl, sizeof(impl), "flash %s%d", pass == 0 ? "dq" : "dkdv", v);
+                print_row(impl, "bwd", s, 2.5 * gflop, st);
+            }
+        }
+    }
     return fwd.median + bwd.median;
 }
 
@@ -150,6 +178,7 @@ int main(int argc, char** argv) {
     skip_if_no_device();
     int iters = 30;
     Shape only{0, 0, 0, 0};  // --shape B,T,NH,HS: flash on this shape alone (for profilers)
+    bool variants = false;
     for (int i = 1; i < argc; i++) {
         if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             iters = std::atoi(argv[++i]);
@@ -157,27 +186,41 @@ int main(int argc, char** argv) {
             LLMC_CHECK(
                 std::sscanf(argv[++i], "%d,%d,%d,%d", &only.B, &only.T, &only.NH, &only.HS) == 4,
                 "--shape takes B,T,NH,HS (e.g. 64,1024,12,64), not '%s'.", argv[i]);
+        } else if (std::strcmp(argv[i], "--variants") == 0) {
+            variants = true;
         } else {
-            LLMC_FAIL("unknown option '%s'; usage: bench_attention [--iters N] [--shape B,T,NH,HS]",
-                      argv[i]);
+            LLMC_FAIL(
+                "unknown option '%s'; usage: bench_attention [--iters N] [--shape B,T,NH,HS] "
+                "[--variants]",
+                argv[i]);
         }
     }
     LLMC_CHECK(iters >= 20, "--iters must be at least 20 (got %d).", iters);
     Context ctx;
     context_init(&ctx, 0, /*tf32=*/true);
     std::printf("device: %s, %d iterations, median/min/p90 in ms\n", ctx.props.name, iters);
+    if (variants) {
+        const FlashPass passes[] = {FlashPass::kForward, FlashPass::kDq, FlashPass::kDkdv};
+        const char* pass_names[] = {"fwd", "dq", "dkdv"};
+        for (int p = 0; p < 3; p++) {
+            for (int v = 0; v < flash_attention_variants(passes[p]); v++) {
+                std::printf("  %s%d: %s\n", pass_names[p], v,
+                            flash_attention_variant_name(passes[p], v));
+            }
+        }
+    }
     std::printf(
         "| impl         | pass|   B |     T |  NH |  HS |    median |       min |       "
         "p90 | TFLOP/s | of 800 |\n");
     const Shape shapes[] = {
         {64, 256, 12, 64}, {64, 1024, 12, 64}, {64, 2048, 12, 64}, {64, 1024, 12, 128}};
     if (only.B > 0) {
-        bench_flash(ctx, only, iters);
+        bench_flash(ctx, only, iters, variants);
         return 0;
     }
     double d12_ms = 0.0;
     for (const Shape& s : shapes) {
-        const double ms = bench_flash(ctx, s, iters);
+        const double ms = bench_flash(ctx, s, iters, variants);
         if (s.T == 1024 && s.HS == 64) d12_ms = ms;
         bench_cublas(ctx, s, iters);
     }

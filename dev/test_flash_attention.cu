@@ -13,7 +13,9 @@
 // plus one bf16 ulp of the tensor's largest value (two correct implementations can round an
 // output element to neighbouring bf16 values).
 // The first run starts from NaN-filled outputs and scratch; a second run must reproduce every
-// output bit for bit (determinism). `--small` runs only the small shapes (for compute-sanitizer).
+// output bit for bit (determinism). Every shape runs the default tile-shape variants, then each
+// other variant of one pass with the others at default (flash_attention_variants).
+// `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -156,16 +158,23 @@ struct RunBytes {
     std::vector<unsigned char> out, lse, dqkv;
 };
 
-RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, bool poison_all) {
+// Tile-shape variants of the three passes (forward, dQ, dK/dV) for one run.
+struct Variants {
+    int fwd, dq, dkdv;
+};
+
+RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const Variants& v,
+                   bool poison_all) {
     if (poison_all) {
         poison(d.out.get(), d.out.size());
         poison(d.lse.get(), d.lse.size());
         poison(d.dqkv.get(), d.dqkv.size());
         poison(d.scratch.get(), d.scratch.size());
     }
-    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS);
+    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS,
+                            v.fwd);
     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
-                             d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS);
+                             d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv);
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
@@ -203,17 +212,13 @@ void check_vs_plain(const char* label, const char* what, const std::vector<float
     check_close(name, got, ref, atol, 0.0f);
 }
 
-void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
-    const Reference r = make_reference(s, seed);
-    DeviceTensors d(s);
-    upload(d.qkv.get(), r.qkv);
-    upload(d.dout.get(), r.dout);
-    upload(d.ref_out.get(), r.out);
-    upload(d.ref_lse.get(), r.lse);
+void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, const Variants& v) {
+    const Shape& s = r.s;
     char label[96];
-    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d", s.B, s.T, s.NH, s.HS);
+    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (fwd%d dq%d dkdv%d)", s.B, s.T, s.NH,
+                  s.HS, v.fwd, v.dq, v.dkdv);
 
-    const RunBytes first = run_flash(ctx, d, s, /*poison_all=*/true);
+    const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true);
     const size_t BT = (size_t)s.B * s.T;
     const std::vector<float> out = download(d.out.get(), d.out.size());
     const std::vector<float> lse = download(d.lse.get(), d.lse.size());
@@ -232,13 +237,33 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
                        max_abs(r.dqkv));
     }
 
-    const RunBytes second = run_flash(ctx, d, s, /*poison_all=*/false);
+    const RunBytes second = run_flash(ctx, d, s, v, /*poison_all=*/false);
     std::snprintf(name, sizeof(name), "%s out rerun", label);
     check_bitwise_equal(name, first.out, second.out);
     std::snprintf(name, sizeof(name), "%s lse rerun", label);
     check_bitwise_equal(name, first.lse, second.lse);
     std::snprintf(name, sizeof(name), "%s dqkv rerun", label);
     check_bitwise_equal(name, first.dqkv, second.dqkv);
+}
+
+// The default variants, then each other variant of one pass with the other passes at default.
+void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
+    const Reference r = make_reference(s, seed);
+    DeviceTensors d(s);
+    upload(d.qkv.get(), r.qkv);
+    upload(d.dout.get(), r.dout);
+    upload(d.ref_out.get(), r.out);
+    upload(d.ref_lse.get(), r.lse);
+    test_variants(ctx, r, d, Variants{0, 0, 0});
+    for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
+        test_variants(ctx, r, d, Variants{v, 0, 0});
+    }
+    for (int v = 1; v < flash_attention_variants(FlashPass::kDq); v++) {
+        test_variants(ctx, r, d, Variants{0, v, 0});
+    }
+    for (int v = 1; v < flash_attention_variants(FlashPass::kDkdv); v++) {
+        test_variants(ctx, r, d, Variants{0, 0, v});
+    }
 }
 
 }  // namespace

@@ -6,27 +6,39 @@
 //             s > t), online softmax in fp32 (running max m and sum l, exp2 with log2(e)
 //             folded into the scale), O = O * exp(m_old - m_new) + P V with P rounded to bf16;
 //             out = O / l, lse = m + log l.
-//   backward: D_t = dO_t . O_t (one small kernel, fp32).  P = exp(S - lse) is recomputed from
-//             q, k and lse;  dP = dO V^T;  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;
-//             dQ = scale dS K.  One kernel per key tile computes dK, dV (looping over query
-//             tiles), one per query tile computes dQ (looping over key tiles): S and dP are
+//   backward: P = exp(S - lse) is recomputed from q, k and lse;  dP = dO V^T;  D_t = dO_t . O_t
+//             (fp32);  dS = P (dP - D);  dV = P^T dO;  dK = scale dS^T Q;  dQ = scale dS K.
+//             One kernel per query tile computes dQ (looping over key tiles) and D for its rows;
+//             then one per key tile computes dK, dV (looping over query tiles): S and dP are
 //             computed twice, the price of a deterministic dQ without atomics.
 // GEMMs: mma.sync.m16n8k16 bf16 -> fp32; the A operand of a warp's fixed rows (Q in forward
-// at HS <= 64, K and V or Q and dO in backward) stays in registers, B operands come from shared
+// where it fits, K and V or Q and dO in backward) stays in registers, B operands come from shared
 // memory through ldmatrix (.trans where the operand's k dimension runs along rows). Global ->
-// shared by cp.async, double-buffered; shared rows padded by 16 bytes so the 8 row addresses of an
-// ldmatrix hit distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the
-// causal mask hides keys >= T from every valid query row, and query rows >= T are neither
-// stored nor, in backward, given weight (their lse is +inf, so P = 0).
+// shared by cp.async in 2 (or 3) stages with one barrier per tile (the barrier that makes tile i
+// visible also ends every warp's reads of tile i - 1, whose stage the next prefetch takes);
+// lse and D tiles too. Shared rows padded by 16 bytes so the 8 row addresses of an ldmatrix hit
+// distinct banks. Partial tiles (any T >= 1) are zero-filled by cp.async; the causal mask hides
+// keys >= T from every valid query row; query rows >= T are not stored and add nothing in
+// backward (dQ gives them lse = +inf, so P = 0; in dK/dV their q, dO, lse and D are 0, so
+// P dO = 0 and dS = 0).
 // (Tried and dropped, H100, 2026-11-23: single K and V buffers with V loading during Q K^T,
-// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower.)
+// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower; a single-pass
+// backward whose dQ tiles are summed in fp32 in global memory in a fixed key-tile order
+// through per-tile semaphores (blocks take tickets, so never deadlock), deterministic and
+// correct but 2.6-3.9 ms against 1.76 (each tile waits for an L2 read-add-write and a fence);
+// forward skipping O *= alpha when the warp's maxima did not move, 5% slower.)
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
 // Last measured (dev/bench_attention, H100 80GB HBM3, 2026-11-23, B=64 NH=12, causal FLOPs:
-// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling):
-//   HS=64  T=1024: forward 0.507 ms, 203 TFLOP/s (25%); backward 1.927 ms, 134 TFLOP/s (17%)
-//   HS=64  T=2048: forward 1.730 ms, 238 TFLOP/s (30%); backward 6.576 ms, 157 TFLOP/s (20%)
-//   HS=128 T=1024: forward 0.987 ms, 209 TFLOP/s (26%); backward 3.855 ms, 134 TFLOP/s (17%)
-// PyTorch 2.11 in the same run (scripts/bench_attention.py), HS=64 T=1024: flash backend
+// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling; the previous
+// kernels in the same run in brackets):
+//   HS=64  T=256 : forward 0.064 ms (0.065); backward 0.182 ms, 88 TFLOP/s (0.244)
+//   HS=64  T=1024: forward 0.494 ms, 209 TFLOP/s (26%) (0.503); backward 1.542 ms, 167 TFLOP/s
+//                  (21%) (1.924)
+//   HS=64  T=2048: forward 1.703 ms, 242 TFLOP/s (30%) (1.718); backward 5.560 ms, 185 TFLOP/s
+//                  (23%) (6.573)
+//   HS=128 T=1024: forward 0.983 ms, 210 TFLOP/s (26%) (0.992); backward 3.236 ms, 159 TFLOP/s
+//                  (20%) (3.831)
+// PyTorch 2.11 (scripts/bench_attention.py, an earlier run), HS=64 T=1024: flash backend
 // 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
 #include <cmath>
 #include <cstdint>
@@ -54,6 +66,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
+}
+// 4 bytes global -> shared, zero-filled when !valid (for per-row float vectors, whose rows
+// need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -104,14 +122,28 @@ __host__ __device__ constexpr int smem_stride() {
 }
 
 // Rows [r0, r0 + ROWS) of a (T, HS) slice with row stride ld -> tile; rows >= T zero-filled.
+// Tiles of at most 2 passes over the block (the backward's inner tiles) are loaded by an
+// unrolled loop: the run-time loop (i from threadIdx.x) compiles to a generic unrolled loop
+// with remainder branches, a few hundred integer instructions per tile in the main loop's SASS.
+// Longer loads keep it: unrolled, every pass's address stays live and the forward spills above
+// HS=64.
 template <int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int ld, int r0, int T) {
-    constexpr int kChunks = HS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
+    constexpr int kChunks = HS / 8, kTotal = ROWS * kChunks;  // 16-byte chunks
+    auto load_chunk = [&](int i) {
         const int r = i / kChunks, c = i % kChunks;
         const bool valid = r0 + r < T;
         const bf16* src = valid ? g + (long long)(r0 + r) * ld + c * 8 : g;
         cp_async16(tile + r * smem_stride<HS>() + c * 8, src, valid);
+    };
+    if constexpr (kTotal <= 2 * THREADS) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int i = threadIdx.x + j * THREADS;
+            if (i < kTotal) load_chunk(i);
+        }
+    } else {
+        for (int i = threadIdx.x; i < kTotal; i += THREADS) load_chunk(i);
     }
 }
 
@@ -150,6 +182,34 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MT][NT][4],
             for (int mt = 0; mt < MT; mt++) {
                 mma_bf16(acc[mt][2 * n2], af[mt][kk], bfr[0], bfr[1]);
                 mma_bf16(acc[mt][2 * n2 + 1], af[mt][kk], bfr[2], bfr[3]);
+            }
+        }
+    }
+}
+
+// Two independent mma_abt products (acc1 += A1 B1^T, acc2 += A2 B2^T) interleaved, so that
+// twice as many independent MMAs are in flight between dependent ones.
+template <int HS, int MT, int NT>
+__device__ __forceinline__ void mma_abt2(float (&acc1)[MT][NT][4],
+                                         const uint32_t (&af1)[MT][HS / 16][4], const bf16* b1,
+                                         float (&acc2)[MT][NT][4],
+                                         const uint32_t (&af2)[MT][HS / 16][4], const bf16* b2,
+                                         int lane) {
+    constexpr int S = smem_stride<HS>();
+    const int off = ((lane & 7) + ((lane >> 4) << 3)) * S + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t f1[4], f2[4];
+            ldmatrix_x4(f1, b1 + n2 * 16 * S + kk * 16 + off);
+            ldmatrix_x4(f2, b2 + n2 * 16 * S + kk * 16 + off);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16(acc1[mt][2 * n2], af1[mt][kk], f1[0], f1[1]);
+                mma_bf16(acc2[mt][2 * n2], af2[mt][kk], f2[0], f2[1]);
+                mma_bf16(acc1[mt][2 * n2 + 1], af1[mt][kk], f1[2], f1[3]);
+                mma_bf16(acc2[mt][2 * n2 + 1], af2[mt][kk], f2[2], f2[3]);
             }
         }
     }
@@ -234,10 +294,11 @@ __device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[H
 // ---- Forward ----------------------------------------------------------------------------------
 
 // Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
-// 16*MT of them, its Q fragments kept in registers) and walks key tiles of BC rows from the
-// diagonal down to 0.
-template <int HS, int WARPS, int MT, int BC>
-__global__ void __launch_bounds__(WARPS * 32, 1)
+// 16*MT of them) and walks key tiles of BC rows from the diagonal down to 0. Q_IN_REGS keeps
+// the warp's Q fragments in registers (else they are read from shared memory per k-step);
+// MIN_BLOCKS is the blocks per SM the register cap aims at.
+template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, bool Q_IN_REGS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     flash_attention_forward_kernel(bf16* __restrict__ out,        // (B, T, C)
                                    float* __restrict__ lse,       // (B, NH, T)
                                    const bf16* __restrict__ qkv,  // (B, T, 3C)
@@ -246,8 +307,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     constexpr int NT = BC / 8;  // score fragments per m-tile
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
-    bf16* k_s = q_s + BR * S;                       // [2][BC][S]
-    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
+    bf16* k_s = q_s + BR * S;                       // [STAGES][BC][S]
+    bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
@@ -260,9 +321,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
 
     load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
-    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
-    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
-    cp_async_commit();
+    // Key tiles it = 0 .. STAGES - 2 ahead, one commit group each (the first with Q).
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {
+        if (j < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + j * BC * S, k_g, C3, (n_kb - 1 - j) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + j * BC * S, v_g, C3, (n_kb - 1 - j) * BC, T);
+        }
+        cp_async_commit();
+    }
 
     float o[MT][HS / 8][4] = {};
     float m[MT][2], l[MT][2];
@@ -271,23 +338,24 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0.0f;
     }
-    // Q fragments stay in registers when they fit next to O (HS <= 64), else they are read
-    // from shared memory one k-step at a time.
-    constexpr bool kQInRegs = HS <= 64;
-    uint32_t qf[kQInRegs ? MT : 1][kQInRegs ? HS / 16 : 1][4];
+    uint32_t qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? HS / 16 : 1][4];
     const int warp_row0 = q0 + warp * WR;
     const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
     for (int it = 0; it < n_kb; it++) {
-        const int kb = n_kb - 1 - it, stage = it & 1;
-        if (it + 1 < n_kb) {
-            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
-            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
+        const int kb = n_kb - 1 - it, stage = it % STAGES;
+        // Tile it has landed once at most STAGES - 2 newer groups are pending. After the
+        // barrier every warp is also done with tile it - 1, whose stage the prefetch reuses:
+        // one barrier per tile.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (it + STAGES - 1 < n_kb) {
+            const int ps = (it + STAGES - 1) % STAGES, r0 = (kb - STAGES + 1) * BC;
+            load_tile<HS, BC, THREADS>(k_s + ps * BC * S, k_g, C3, r0, T);
+            load_tile<HS, BC, THREADS>(v_s + ps * BC * S, v_g, C3, r0, T);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        if constexpr (kQInRegs) {
+        if constexpr (Q_IN_REGS) {
             if (it == 0) load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
         }
 
@@ -295,7 +363,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         // Key tiles entirely above this warp's rows (only on the diagonal when BR > BC) add 0.
         if (k0 <= warp_row0 + WR - 1) {
             float s[MT][NT][4] = {};
-            if constexpr (kQInRegs) {
+            if constexpr (Q_IN_REGS) {
                 mma_abt<HS, MT, NT>(s, qf, k_s + stage * BC * S, lane);
             } else {
                 mma_abt_smem<HS, MT, NT>(s, q_s, warp * WR, k_s + stage * BC * S, lane);
@@ -315,28 +383,23 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                         }
                     }
                 }
-                float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
-                }
+                float alpha[2];
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-                    const float m_new = fmaxf(m[mt][i], mx[i] * scale_log2);
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+                        mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m[mt][i], mx * scale_log2);
                     // A row whose keys so far are all masked keeps m = -inf: subtract 0 instead
                     // (its p are all 0).
                     const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-                    const float alpha = fast_exp2(m[mt][i] - m_ref);
+                    alpha[i] = fast_exp2(m[mt][i] - m_ref);
                     m[mt][i] = m_new;
-                    l[mt][i] *= alpha;
-#pragma unroll
-                    for (int n = 0; n < HS / 8; n++) {
-                        o[mt][n][2 * i] *= alpha;
-                        o[mt][n][2 * i + 1] *= alpha;
-                    }
+                    l[mt][i] *= alpha[i];
 #pragma unroll
                     for (int n = 0; n < NT; n++) {
                         s[mt][n][2 * i] = fast_exp2(s[mt][n][2 * i] * scale_log2 - m_ref);
@@ -344,10 +407,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                         l[mt][i] += s[mt][n][2 * i] + s[mt][n][2 * i + 1];
                     }
                 }
+#pragma unroll
+                for (int n = 0; n < HS / 8; n++) {
+                    o[mt][n][0] *= alpha[0];
+                    o[mt][n][1] *= alpha[0];
+                    o[mt][n][2] *= alpha[1];
+                    o[mt][n][3] *= alpha[1];
+                }
             }
             mma_pv<HS, MT, NT>(o, s, v_s + stage * BC * S, lane);
         }
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
 #pragma unroll
@@ -371,50 +440,173 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
 // ---- Backward ---------------------------------------------------------------------------------
 
-// D[(b*NH + h)*T + t] = dout . out over the head's HS channels; one thread per (b, t, h).
-template <int HS>
-__global__ void attention_row_dot_kernel(float* __restrict__ D,          // (B, NH, T)
-                                         const bf16* __restrict__ dout,  // (B, T, C)
-                                         const bf16* __restrict__ out,   // (B, T, C)
-                                         int B, int T, int NH) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)B * T * NH) return;
-    const int h = (int)(idx % NH);
-    const long long bt = idx / NH;
-    const int t = (int)(bt % T), b = (int)(bt / T);
-    const uint4* a = reinterpret_cast<const uint4*>(dout + idx * HS);
-    const uint4* c = reinterpret_cast<const uint4*>(out + idx * HS);
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < HS / 8; i++) {
-        const uint4 x = a[i], y = c[i];
-        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-        const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 xf = __bfloat1622float2(x2[j]), yf = __bfloat1622float2(y2[j]);
-            sum += xf.x * yf.x + xf.y * yf.y;
-        }
-    }
-    D[((long long)b * NH + h) * T + t] = sum;
-}
-
-// Per-row values of a query tile into shared memory: lse (times log2 e) and D; rows >= T get
-// lse = +inf (so P = 0) and D = 0.
+// Per-row values of a query tile into shared memory by cp.async (a plain load would stall the
+// loading warp, and with it the whole block at the next barrier, for a global-memory latency per
+// tile): lse (natural log) and D. Rows >= T get 0; they add nothing anyway, since their q and dO
+// rows are zero-filled too (S = 0, P = 1, dP = 0, D = 0: P dO = 0 and dS = 0).
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void load_row_stats(float* lse_s, float* d_s, const float* lse,
                                                const float* D, int r0, int T) {
-    for (int i = threadIdx.x; i < ROWS; i += THREADS) {
-        const bool valid = r0 + i < T;
-        lse_s[i] = valid ? lse[r0 + i] * kLog2e : INFINITY;
-        d_s[i] = valid ? D[r0 + i] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < (2 * ROWS + THREADS - 1) / THREADS; j++) {
+        const int i = threadIdx.x + j * THREADS;
+        if ((2 * ROWS) % THREADS != 0 && i >= 2 * ROWS) break;
+        const int r = i % ROWS;
+        const bool valid = r0 + r < T;
+        const float* src = i < ROWS ? lse : D;
+        cp_async4((i < ROWS ? lse_s : d_s) + r, valid ? src + r0 + r : src, valid);
     }
 }
 
-// dK, dV for one key tile of BC = 16*WARPS rows; loops over query tiles of BR rows from the
-// diagonal to T. A warp owns 16 keys: S^T = K Q^T and dP^T = V dO^T put keys on the fragment
-// rows, so P^T and dS^T are directly the A operands of dV += P^T dO and dK += dS^T Q.
-template <int HS, int WARPS, int BR, int MIN_BLOCKS>
+// dQ for one query tile of BR = 16*MT*WARPS rows (a warp 16*MT of them, its Q and dO
+// fragments in registers); loops over key tiles of BC rows from the diagonal down to 0.
+// It also computes D_t = dO_t . O_t for its rows (fp32) and stores it for the dK/dV kernel,
+// which runs after it.
+template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
+    flash_attention_backward_dq_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
+                                       float* __restrict__ D,          // (B, NH, T)
+                                       const bf16* __restrict__ qkv,   // (B, T, 3C)
+                                       const bf16* __restrict__ dout,  // (B, T, C)
+                                       const bf16* __restrict__ out,   // (B, T, C)
+                                       const float* __restrict__ lse,  // (B, NH, T)
+                                       int T, int NH, float scale, float scale_log2) {
+    constexpr int WR = 16 * MT, BR = WR * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int NT = BC / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
+    bf16* do_s = q_s + BR * S;                      // [BR][S]
+    bf16* k_s = do_s + BR * S;                      // [STAGES][BC][S]
+    bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int C = NH * HS, C3 = 3 * C;
+    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
+    const bf16* k_g = q_g + C;
+    const bf16* v_g = q_g + 2 * C;
+    const long long o_off = (long long)b * T * C + h * HS;  // dout and out
+    const int q0 = qb * BR;
+    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
+
+    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
+    load_tile<HS, BR, THREADS>(do_s, dout + o_off, C, q0, T);
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {  // as in the forward
+        if (j < n_kb) {
+            load_tile<HS, BC, THREADS>(k_s + j * BC * S, k_g, C3, (n_kb - 1 - j) * BC, T);
+            load_tile<HS, BC, THREADS>(v_s + j * BC * S, v_g, C3, (n_kb - 1 - j) * BC, T);
+        }
+        cp_async_commit();
+    }
+
+    const int warp_row0 = q0 + warp * WR;
+    const int row_lo = warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
+    float row_lse[MT][2], row_d[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int r = row_lo + 16 * mt + 8 * i;
+            row_lse[mt][i] = r < T ? lse[(long long)blockIdx.y * T + r] * kLog2e : INFINITY;
+        }
+    }
+    // D of the warp's rows, while the first tiles load: lanes 2r and 2r + 1 sum the two halves
+    // of row r's HS channels, then each thread fetches its rows' sums.
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int r = warp_row0 + mt * 16 + lane / 2, c0 = (lane & 1) * (HS / 2);
+        float sum = 0.0f;
+        if (r < T) {
+            const long long at = o_off + (long long)r * C + c0;
+#pragma unroll
+            for (int c = 0; c < HS / 2; c += 8) {
+                const uint4 x = *reinterpret_cast<const uint4*>(dout + at + c);
+                const uint4 y = *reinterpret_cast<const uint4*>(out + at + c);
+                const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+                const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float2 xf = __bfloat1622float2(x2[j]), yf = __bfloat1622float2(y2[j]);
+                    sum += xf.x * yf.x + xf.y * yf.y;
+                }
+            }
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        if ((lane & 1) == 0 && r < T) D[(long long)blockIdx.y * T + r] = sum;
+        row_d[mt][0] = __shfl_sync(0xffffffffu, sum, 2 * (lane / 4));
+        row_d[mt][1] = __shfl_sync(0xffffffffu, sum, 2 * (lane / 4) + 16);
+    }
+    float dq[MT][HS / 8][4] = {};
+    uint32_t qf[MT][HS / 16][4], dof[MT][HS / 16][4];  // the warp's Q and dO rows, A operands
+
+    for (int it = 0; it < n_kb; it++) {
+        const int kb = n_kb - 1 - it, stage = it % STAGES;
+        cp_async_wait<STAGES - 2>();  // one barrier per tile, as in the forward
+        __syncthreads();
+        if (it + STAGES - 1 < n_kb) {
+            const int ps = (it + STAGES - 1) % STAGES, r0 = (kb - STAGES + 1) * BC;
+            load_tile<HS, BC, THREADS>(k_s + ps * BC * S, k_g, C3, r0, T);
+            load_tile<HS, BC, THREADS>(v_s + ps * BC * S, v_g, C3, r0, T);
+        }
+        cp_async_commit();
+        const bf16* kt = k_s + stage * BC * S;
+        const bf16* vt = v_s + stage * BC * S;
+
+        if (it == 0) {
+            load_a_frags<HS, MT>(qf, q_s, warp * WR, lane);
+            load_a_frags<HS, MT>(dof, do_s, warp * WR, lane);
+        }
+        const int k0 = kb * BC;
+        // Key tiles entirely above this warp's rows (only on the diagonal when BR > BC) add 0.
+        if (k0 <= warp_row0 + WR - 1) {
+            float p[MT][NT][4] = {}, dp[MT][NT][4] = {};
+            mma_abt2<HS, MT, NT>(p, qf, kt, dp, dof, vt, lane);
+            const bool diagonal = k0 + BC - 1 > warp_row0;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        p[mt][n][e] = fast_exp2(p[mt][n][e] * scale_log2 - row_lse[mt][e >> 1]);
+                    }
+                }
+                if (diagonal) {  // the mask only on tiles that cross the diagonal
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                            if (key > row_lo + 16 * mt + 8 * (e >> 1)) p[mt][n][e] = 0.0f;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        dp[mt][n][e] = p[mt][n][e] * (dp[mt][n][e] - row_d[mt][e >> 1]);
+                    }
+                }
+            }
+            mma_pv<HS, MT, NT>(dq, dp, kt, lane);
+        }
+    }
+    bf16* dq_g = dqkv + (long long)b * T * C3 + h * HS;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        store_rows<HS>(dq_g, C3, dq[mt], scale, scale, row_lo + 16 * mt, T, lane);
+    }
+}
+
+// dK, dV for one key tile of BC = 16*MT*WARPS rows; loops over query tiles of BR rows from the
+// diagonal to T. A warp owns 16*MT keys: S^T = K Q^T and dP^T = V dO^T put keys on the
+// fragment rows, so P^T and dS^T are directly the A operands of dV += P^T dO and
+// dK += dS^T Q. KEEP_KV keeps the warp's K and V fragments in registers (else they are read
+// from shared memory per k-step).
+template <int HS, int WARPS, int MT, int BR, int MIN_BLOCKS, bool KEEP_KV, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     flash_attention_backward_dkdv_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
                                          const bf16* __restrict__ qkv,   // (B, T, 3C)
@@ -422,15 +614,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
                                          const float* __restrict__ lse,  // (B, NH, T)
                                          const float* __restrict__ D,    // (B, NH, T)
                                          int T, int NH, float scale, float scale_log2) {
-    constexpr int BC = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
+    constexpr int WK = 16 * MT, BC = WK * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BR / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);               // [BC][S]
-    bf16* v_s = k_s + BC * S;                                    // [BC][S]
-    bf16* q_s = v_s + BC * S;                                    // [2][BR][S]
-    bf16* do_s = q_s + 2 * BR * S;                               // [2][BR][S]
-    float* lse_s = reinterpret_cast<float*>(do_s + 2 * BR * S);  // [2][BR]
-    float* d_s = lse_s + 2 * BR;                                 // [2][BR]
+    bf16* k_s = reinterpret_cast<bf16*>(smem_raw);                    // [BC][S]
+    bf16* v_s = k_s + BC * S;                                         // [BC][S]
+    bf16* q_s = v_s + BC * S;                                         // [STAGES][BR][S]
+    bf16* do_s = q_s + STAGES * BR * S;                               // [STAGES][BR][S]
+    float* lse_s = reinterpret_cast<float*>(do_s + STAGES * BR * S);  // [STAGES][BR]
+    float* d_s = lse_s + STAGES * BR;                                 // [STAGES][BR]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kb = blockIdx.x;  // low key tiles have the most query tiles: they start first
@@ -445,186 +637,183 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
     load_tile<HS, BC, THREADS>(k_s, q_g + C, C3, k0, T);
     load_tile<HS, BC, THREADS>(v_s, q_g + 2 * C, C3, k0, T);
-    load_tile<HS, BR, THREADS>(q_s, q_g, C3, qb_first * BR, T);
-    load_tile<HS, BR, THREADS>(do_s, do_g, C, qb_first * BR, T);
-    load_row_stats<BR, THREADS>(lse_s, d_s, lse_g, d_g, qb_first * BR, T);
-    cp_async_commit();
+    // Query tiles qb_first .. qb_first + STAGES - 2 ahead, one commit group each (the first
+    // with K and V).
+    auto load_query_tile = [&](int qb, int st) {
+        load_tile<HS, BR, THREADS>(q_s + st * BR * S, q_g, C3, qb * BR, T);
+        load_tile<HS, BR, THREADS>(do_s + st * BR * S, do_g, C, qb * BR, T);
+        load_row_stats<BR, THREADS>(lse_s + st * BR, d_s + st * BR, lse_g, d_g, qb * BR, T);
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) {
+        if (qb_first + j < n_qb) load_query_tile(qb_first + j, j);
+        cp_async_commit();
+    }
 
-    float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
-    const int key_lo = k0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
-    // The warp's K and V rows are the A operands of every S^T and dP^T: kept in registers when
-    // small, reloaded from shared memory per query tile when HS > 64 (registers run out).
-    constexpr bool kKeepKV = HS <= 64;
-    uint32_t kf[1][HS / 16][4], vf[1][HS / 16][4];
+    float dk[MT][HS / 8][4] = {}, dv[MT][HS / 8][4] = {};
+    const int warp_key0 = k0 + warp * WK;
+    const int key_lo = warp_key0 + lane / 4;  // this thread's keys: key_lo + 16 mt + 8 i
+    uint32_t kf[KEEP_KV ? MT : 1][KEEP_KV ? HS / 16 : 1][4];
+    uint32_t vf[KEEP_KV ? MT : 1][KEEP_KV ? HS / 16 : 1][4];
 
     for (int qb = qb_first; qb < n_qb; qb++) {
-        const int stage = (qb - qb_first) & 1, nxt = stage ^ 1;
-        if (qb + 1 < n_qb) {
-            load_tile<HS, BR, THREADS>(q_s + nxt * BR * S, q_g, C3, (qb + 1) * BR, T);
-            load_tile<HS, BR, THREADS>(do_s + nxt * BR * S, do_g, C, (qb + 1) * BR, T);
-            load_row_stats<BR, THREADS>(lse_s + nxt * BR, d_s + nxt * BR, lse_g, d_g, (qb + 1) * BR,
-                                        T);
+        const int stage = (qb - qb_first) % STAGES;
+        cp_async_wait<STAGES - 2>();  // one barrier per tile, as in the forward
+        __syncthreads();
+        if (qb + STAGES - 1 < n_qb) {
+            load_query_tile(qb + STAGES - 1, (qb - qb_first + STAGES - 1) % STAGES);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        if (kKeepKV && qb == qb_first) {
-            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
-            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
+        if constexpr (KEEP_KV) {
+            if (qb == qb_first) {
+                load_a_frags<HS, MT>(kf, k_s, warp * WK, lane);
+                load_a_frags<HS, MT>(vf, v_s, warp * WK, lane);
+            }
         }
         const bf16* qt = q_s + stage * BR * S;
         const bf16* dot = do_s + stage * BR * S;
         const float* lse_t = lse_s + stage * BR;
         const float* d_t = d_s + stage * BR;
-
-        float p[1][NT][4] = {}, dp[1][NT][4] = {};
-        if constexpr (!kKeepKV) {
-            load_a_frags<HS, 1>(kf, k_s, warp * 16, lane);
-            load_a_frags<HS, 1>(vf, v_s, warp * 16, lane);
-        }
-        mma_abt<HS, 1, NT>(p, kf, qt, lane);
-        mma_abt<HS, 1, NT>(dp, vf, dot, lane);
         const int q0 = qb * BR;
-        const bool diagonal = q0 < k0 + warp * 16 + 15;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + 2 * (lane % 4) + (e & 1);
-                const int key = key_lo + (e >> 1) * 8;
-                const float pe = (diagonal && key > q0 + qi)
-                                     ? 0.0f
-                                     : fast_exp2(p[0][n][e] * scale_log2 - lse_t[qi]);
-                p[0][n][e] = pe;
-                dp[0][n][e] = pe * (dp[0][n][e] - d_t[qi]);
+
+        // Query tiles entirely before this warp's keys (only near the diagonal when BC > BR)
+        // add 0.
+        if (warp_key0 <= q0 + BR - 1) {
+            float p[MT][NT][4] = {}, dp[MT][NT][4] = {};
+            if constexpr (KEEP_KV) {
+                mma_abt2<HS, MT, NT>(p, kf, qt, dp, vf, dot, lane);
+            } else {
+                mma_abt_smem<HS, MT, NT>(p, k_s, warp * WK, qt, lane);
+                mma_abt_smem<HS, MT, NT>(dp, v_s, warp * WK, dot, lane);
             }
+            // This thread's query columns are the same for every key row: their lse (in log2
+            // units) and D once, as float2 (columns 2 (lane % 4) and the next).
+            float2 lse2[NT], dd[NT];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                lse2[n] = *reinterpret_cast<const float2*>(lse_t + n * 8 + 2 * (lane % 4));
+                lse2[n].x *= kLog2e;
+                lse2[n].y *= kLog2e;
+                dd[n] = *reinterpret_cast<const float2*>(d_t + n * 8 + 2 * (lane % 4));
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        p[mt][n][e] =
+                            fast_exp2(p[mt][n][e] * scale_log2 - ((e & 1) ? lse2[n].y : lse2[n].x));
+                    }
+                }
+            }
+            if (q0 < warp_key0 + WK - 1) {  // the mask only on tiles that cross the diagonal
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                    for (int n = 0; n < NT; n++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int qi = n * 8 + 2 * (lane % 4) + (e & 1);
+                            const int key = key_lo + 16 * mt + (e >> 1) * 8;
+                            if (key > q0 + qi) p[mt][n][e] = 0.0f;
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        dp[mt][n][e] = p[mt][n][e] * (dp[mt][n][e] - ((e & 1) ? dd[n].y : dd[n].x));
+                    }
+                }
+            }
+            mma_pv<HS, MT, NT>(dv, p, dot, lane);
+            mma_pv<HS, MT, NT>(dk, dp, qt, lane);
         }
-        mma_pv<HS, 1, NT>(dv, p, dot, lane);
-        mma_pv<HS, 1, NT>(dk, dp, qt, lane);
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
     }
 
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
-    store_rows<HS>(dk_g, C3, dk[0], scale, scale, key_lo, T, lane);
-    store_rows<HS>(dk_g + C, C3, dv[0], 1.0f, 1.0f, key_lo, T, lane);
-}
-
-// dQ for one query tile of BR = 16*WARPS rows; loops over key tiles of BC rows from the
-// diagonal down to 0.
-template <int HS, int WARPS, int BC, int MIN_BLOCKS>
-__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
-    flash_attention_backward_dq_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
-                                       const bf16* __restrict__ qkv,   // (B, T, 3C)
-                                       const bf16* __restrict__ dout,  // (B, T, C)
-                                       const float* __restrict__ lse,  // (B, NH, T)
-                                       const float* __restrict__ D,    // (B, NH, T)
-                                       int T, int NH, float scale, float scale_log2) {
-    constexpr int BR = 16 * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
-    constexpr int NT = BC / 8;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [BR][S]
-    bf16* do_s = q_s + BR * S;                      // [BR][S]
-    bf16* k_s = do_s + BR * S;                      // [2][BC][S]
-    bf16* v_s = k_s + 2 * BC * S;                   // [2][BC][S]
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const int C = NH * HS, C3 = 3 * C;
-    const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
-    const bf16* k_g = q_g + C;
-    const bf16* v_g = q_g + 2 * C;
-    const bf16* do_g = dout + (long long)b * T * C + h * HS;
-    const int q0 = qb * BR;
-    const int n_kb = (min(T, q0 + BR) + BC - 1) / BC;
-
-    load_tile<HS, BR, THREADS>(q_s, q_g, C3, q0, T);
-    load_tile<HS, BR, THREADS>(do_s, do_g, C, q0, T);
-    load_tile<HS, BC, THREADS>(k_s, k_g, C3, (n_kb - 1) * BC, T);
-    load_tile<HS, BC, THREADS>(v_s, v_g, C3, (n_kb - 1) * BC, T);
-    cp_async_commit();
-
-    const int row_lo = q0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
-    float row_lse[2], row_d[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int r = row_lo + 8 * i;
-        const long long at = (long long)blockIdx.y * T + r;
-        row_lse[i] = r < T ? lse[at] * kLog2e : INFINITY;
-        row_d[i] = r < T ? D[at] : 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+        store_rows<HS>(dk_g, C3, dk[mt], scale, scale, key_lo + 16 * mt, T, lane);
+        store_rows<HS>(dk_g + C, C3, dv[mt], 1.0f, 1.0f, key_lo + 16 * mt, T, lane);
     }
-    float dq[1][HS / 8][4] = {};
-    uint32_t qf[1][HS / 16][4], dof[1][HS / 16][4];  // the warp's Q and dO rows, A operands
-
-    for (int it = 0; it < n_kb; it++) {
-        const int kb = n_kb - 1 - it, stage = it & 1;
-        if (it + 1 < n_kb) {
-            load_tile<HS, BC, THREADS>(k_s + (stage ^ 1) * BC * S, k_g, C3, (kb - 1) * BC, T);
-            load_tile<HS, BC, THREADS>(v_s + (stage ^ 1) * BC * S, v_g, C3, (kb - 1) * BC, T);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const bf16* kt = k_s + stage * BC * S;
-        const bf16* vt = v_s + stage * BC * S;
-
-        if (it == 0) {
-            load_a_frags<HS, 1>(qf, q_s, warp * 16, lane);
-            load_a_frags<HS, 1>(dof, do_s, warp * 16, lane);
-        }
-        float p[1][NT][4] = {}, dp[1][NT][4] = {};
-        mma_abt<HS, 1, NT>(p, qf, kt, lane);
-        mma_abt<HS, 1, NT>(dp, dof, vt, lane);
-        const int k0 = kb * BC;
-        const bool diagonal = k0 + BC - 1 > q0 + warp * 16;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                p[0][n][e] = fast_exp2(p[0][n][e] * scale_log2 - row_lse[e >> 1]);
-            }
-        }
-        if (diagonal) {  // the mask only on tiles that cross the diagonal
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                    if (key > row_lo + 8 * (e >> 1)) p[0][n][e] = 0.0f;
-                }
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                dp[0][n][e] = p[0][n][e] * (dp[0][n][e] - row_d[e >> 1]);
-            }
-        }
-        mma_pv<HS, 1, NT>(dq, dp, kt, lane);
-        __syncthreads();  // the next iteration's prefetch overwrites this stage
-    }
-    store_rows<HS>(dqkv + (long long)b * T * C3 + h * HS, C3, dq[0], scale, scale, row_lo, T, lane);
 }
 
 // ---- Launch -----------------------------------------------------------------------------------
 
-// Tile shapes per head size: 4 warps (64 rows; 128 rows in the forward) per block.
-// The kernels are latency-bound at 2 blocks (8 warps) per SM, so the backward takes inner
-// tiles of 32 rows and a register cap that lets 3 blocks share an SM where that does not
-// spill (HS <= 64: 2.62 -> 2.31 ms at B=64 T=1024 on H100, 2026-11-23). The forward keeps
-// 2 blocks: 32 rows per warp (each K and V fragment feeds two m-tiles) beats 16 rows at 3
-// blocks (0.56 vs 0.64 ms at HS=64); above HS=64 its key tiles shrink to 32 rows and Q is
-// read from shared memory so that the 32 x HS output accumulators fit (HS=128: 1.11 ->
-// 1.00 ms against 16 rows per warp).
-template <int HS>
-struct FlashConfig {
-    static constexpr int kWarps = 4;
-    static constexpr int kInner = 32;                            // BC of dq, BR of dkdv
-    static constexpr int kBackwardMinBlocks = HS <= 64 ? 3 : 2;  // per SM (register cap)
-    static constexpr int kForwardMT = 2;                         // m-tiles per warp in the forward
-    static constexpr int kForwardBC = HS <= 64 ? 64 : 32;
+// Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention --variants
+// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, is
+// the fastest measured at HS=64 (H100, 2026-11-23, B=64 NH=12 T=1024; the others stay for the
+// next tuning round). Fields: warps per block, m-tiles of 16 rows per warp (the rows whose
+// fragments are the A operands), inner tile rows, blocks per SM the register cap aims at, A
+// fragments kept in registers, cp.async stages. Above HS=64 the accumulators need the
+// registers: every variant is the one shape that does not spill there.
+// Measured and dropped (same run, HS=64 T=1024): 3 stages, backward 1.62-1.69 vs 1.54 ms and
+// forward 0.50-0.52 vs 0.49 ms; 8 warps x 64-row inner tiles in the backward, 1.62-1.72 ms;
+// 64-key dQ tiles or 64-query dK/dV tiles at 2 blocks/SM, 1.61-1.73 ms; 32 rows per warp at
+// 8 warps or 128-key tiles in the forward, 0.53-0.65 ms; 16-key or 16-query inner tiles at 3-4
+// blocks/SM, 1.72-1.92 ms.
+struct Tiles {
+    int warps, mt, inner, min_blocks;
+    bool a_in_regs;
+    int stages = 2;  // cp.async stages of the inner tiles (prefetch distance stages - 1)
 };
+
+constexpr int kForwardVariants = 3;
+constexpr int kDqVariants = 3;
+constexpr int kDkdvVariants = 3;
+
+constexpr Tiles forward_tiles(int v, int hs) {
+    if (hs > 64) return Tiles{4, 2, 32, 1, false};
+    switch (v) {
+        case 1:
+            return Tiles{4, 2, 64, 1, true};
+        case 2:
+            return Tiles{8, 1, 64, 2, false, 3};
+        default:
+            return Tiles{8, 1, 64, 2, false};
+    }
+}
+
+constexpr Tiles dq_tiles(int v, int hs) {
+    if (hs > 64) return Tiles{4, 1, 32, 2, true};
+    switch (v) {
+        case 1:
+            return Tiles{4, 1, 32, 3, true, 3};
+        case 2:
+            return Tiles{8, 1, 64, 1, true, 3};
+        default:
+            return Tiles{4, 1, 32, 3, true};
+    }
+}
+
+constexpr Tiles dkdv_tiles(int v, int hs) {
+    if (hs > 64) return Tiles{4, 1, 32, 2, false};
+    switch (v) {
+        case 1:
+            return Tiles{4, 1, 64, 2, false, 3};
+        case 2:
+            return Tiles{8, 1, 64, 1, true, 3};
+        default:
+            return Tiles{4, 1, 32, 3, true};
+    }
+}
+
+// Variant names (HS <= 64; above, every variant is the same shape).
+const char* const kForwardNames[kForwardVariants] = {
+    "8w x16 rows, 64 keys, 2/SM, Q smem", "4w x32 rows, 64 keys, 2/SM",
+    "8w x16 rows, 64 keys, 2/SM, Q smem, 3 stages"};
+const char* const kDqNames[kDqVariants] = {"4w x16 rows, 32 keys, 3/SM",
+                                           "4w x16 rows, 32 keys, 3/SM, 3 stages",
+                                           "8w x16 rows, 64 keys, 1/SM, 3 stages"};
+const char* const kDkdvNames[kDkdvVariants] = {"4w x16 keys, 32 q, 3/SM",
+                                               "4w x16 keys, 64 q, 2/SM, KV smem, 3 stages",
+                                               "8w x16 keys, 64 q, 1/SM, 3 stages"};
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
 // initializer), so launches inside CUDA graph capture make no attribute calls.
@@ -635,48 +824,62 @@ bool set_smem(Kernel kernel, size_t bytes) {
     return true;
 }
 
-template <int HS>
+template <int HS, int V>
 void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
-    typedef FlashConfig<HS> Cfg;
-    constexpr int BR = 16 * Cfg::kForwardMT * Cfg::kWarps, BC = Cfg::kForwardBC;
-    constexpr size_t smem = (size_t)(BR + 4 * BC) * smem_stride<HS>() * sizeof(bf16);
-    auto kernel = flash_attention_forward_kernel<HS, Cfg::kWarps, Cfg::kForwardMT, BC>;
+    constexpr Tiles t = forward_tiles(V, HS);
+    constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
+    constexpr size_t smem = (size_t)(BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel =
+        flash_attention_forward_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.a_in_regs, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     const dim3 grid((T + BR - 1) / BR, B * NH);
-    kernel<<<grid, Cfg::kWarps * 32, smem, ctx.stream>>>(out, lse, qkv, T, NH, scale_log2);
+    kernel<<<grid, t.warps * 32, smem, ctx.stream>>>(out, lse, qkv, T, NH, scale_log2);
     CUDA_CHECK_LAST();
 }
 
-template <int HS>
-void backward_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
-                 const bf16* out, const float* lse, int B, int T, int NH) {
-    typedef FlashConfig<HS> Cfg;
-    constexpr int W = Cfg::kWarps, TILE = 16 * W, INNER = Cfg::kInner;
+template <int HS, int V>
+void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
+                    const bf16* out, const float* lse, int B, int T, int NH) {
+    constexpr Tiles t = dq_tiles(V, HS);
+    static_assert(t.a_in_regs, "the dQ kernel keeps Q and dO in registers");
+    constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
+    constexpr size_t smem = (size_t)(2 * BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    auto kernel = flash_attention_backward_dq_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.stages>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
-
-    const long long rows = (long long)B * T * NH;
-    attention_row_dot_kernel<HS>
-        <<<(unsigned)((rows + 255) / 256), 256, 0, ctx.stream>>>(D, dout, out, B, T, NH);
+    kernel<<<dim3((T + BR - 1) / BR, B * NH), t.warps * 32, smem, ctx.stream>>>(
+        dqkv, D, qkv, dout, out, lse, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
+}
 
-    constexpr size_t smem_dkdv = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16) +
-                                 4 * INNER * sizeof(float);
-    auto dkdv = flash_attention_backward_dkdv_kernel<HS, W, INNER, Cfg::kBackwardMinBlocks>;
-    static const bool dkdv_smem_set = set_smem(dkdv, smem_dkdv);
-    (void)dkdv_smem_set;
-    dkdv<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dkdv, ctx.stream>>>(
+template <int HS, int V>
+void backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16* dout,
+                      const bf16* qkv, const float* lse, int B, int T, int NH) {
+    constexpr Tiles t = dkdv_tiles(V, HS);
+    constexpr int BC = 16 * t.mt * t.warps, BR = t.inner;
+    constexpr size_t smem =
+        (size_t)(2 * BC + 2 * t.stages * BR) * smem_stride<HS>() * sizeof(bf16) +
+        2 * t.stages * BR * sizeof(float);
+    auto kernel = flash_attention_backward_dkdv_kernel<HS, t.warps, t.mt, BR, t.min_blocks,
+                                                       t.a_in_regs, t.stages>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
+    kernel<<<dim3((T + BC - 1) / BC, B * NH), t.warps * 32, smem, ctx.stream>>>(
         dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
+}
 
-    constexpr size_t smem_dq = (size_t)(2 * TILE + 4 * INNER) * smem_stride<HS>() * sizeof(bf16);
-    auto dq = flash_attention_backward_dq_kernel<HS, W, INNER, Cfg::kBackwardMinBlocks>;
-    static const bool dq_smem_set = set_smem(dq, smem_dq);
-    (void)dq_smem_set;
-    dq<<<dim3((T + TILE - 1) / TILE, B * NH), W * 32, smem_dq, ctx.stream>>>(
-        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
-    CUDA_CHECK_LAST();
+// Calls f(std::integral_constant<int, V>{}) for V = v in [0, N).
+template <int N, typename F>
+void with_variant(int v, F f) {
+    if constexpr (N > 0) {
+        if (v == N - 1) return f(std::integral_constant<int, N - 1>{});
+        with_variant<N - 1>(v, f);
+    }
 }
 
 void check_args(const char* op, int B, int T, int NH, int HS, const void* const* ptrs, int n) {
@@ -728,23 +931,62 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
 }
 
+int flash_attention_variants(FlashPass pass) {
+    switch (pass) {
+        case FlashPass::kForward:
+            return kForwardVariants;
+        case FlashPass::kDq:
+            return kDqVariants;
+        default:
+            return kDkdvVariants;
+    }
+}
+
+const char* flash_attention_variant_name(FlashPass pass, int variant) {
+    LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass),
+               "flash_attention_variant_name: no variant %d.", variant);
+    switch (pass) {
+        case FlashPass::kForward:
+            return kForwardNames[variant];
+        case FlashPass::kDq:
+            return kDqNames[variant];
+        default:
+            return kDkdvNames[variant];
+    }
+}
+
 void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,
-                             int T, int NH, int HS) {
+                             int T, int NH, int HS, int variant) {
     NvtxRange range("flash_attention_forward");
     const void* ptrs[] = {out, lse, qkv};
     check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
-    with_head_size("flash_attention_forward", HS,
-                   [&](auto hs) { forward_hs<decltype(hs)::value>(ctx, out, lse, qkv, B, T, NH); });
+    LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
+               "flash_attention_forward: no variant %d.", variant);
+    with_head_size("flash_attention_forward", HS, [&](auto hs) {
+        with_variant<kForwardVariants>(variant, [&](auto v) {
+            forward_hs<decltype(hs)::value, decltype(v)::value>(ctx, out, lse, qkv, B, T, NH);
+        });
+    });
 }
 
+// dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
-                              int NH, int HS) {
+                              int NH, int HS, int dq_variant, int dkdv_variant) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
+    LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
+                   dkdv_variant < kDkdvVariants,
+               "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
     float* D = static_cast<float*>(scratch);
     with_head_size("flash_attention_backward", HS, [&](auto hs) {
-        backward_hs<decltype(hs)::value>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+        constexpr int kHS = decltype(hs)::value;
+        with_variant<kDqVariants>(dq_variant, [&](auto v) {
+            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+        });
+        with_variant<kDkdvVariants>(dkdv_variant, [&](auto v) {
+            backward_dkdv_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, lse, B, T, NH);
+        });
     });
 }

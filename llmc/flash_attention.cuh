@@ -20,10 +20,18 @@
 // Bytes of scratch the backward needs: B*NH*T floats (D), rounded up to 256 bytes.
 size_t flash_attention_scratch_bytes(int B, int T, int NH);
 
+// Tile-shape variants of each pass, kept compiled so that dev/bench_attention can time them in
+// one run and dev/test_flash_attention can check each one; variant 0, the default, is the
+// fastest measured. Every variant computes the same values (within rounding) for every shape.
+enum class FlashPass { kForward, kDq, kDkdv };
+int flash_attention_variants(FlashPass pass);
+const char* flash_attention_variant_name(FlashPass pass, int variant);
+
 void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
-                             const __nv_bfloat16* qkv, int B, int T, int NH, int HS);
+                             const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                             int variant = 0);
 
 void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
-                              int HS);
+                              int HS, int dq_variant = 0, int dkdv_variant = 0);
