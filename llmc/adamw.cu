@@ -113,14 +113,18 @@ __device__ __forceinline__ float weight_decay_of(const AdamWTensors& t, float we
     return decayed ? weight_decay : 0.0f;
 }
 
-// One element's update; p, m, v in and out.
+// One element's update; p, m, v in and out. Every operation is an explicit round-to-nearest
+// intrinsic, so the compiler cannot contract them into FMAs differently in the whole-buffer and
+// the ZeRO-1 kernel: both give the same bits (dev/test_adamw_sharded found a 1-ulp difference in
+// the master weights on an H200 when this was plain arithmetic).
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float grad, float wd,
                                               const AdamWHyper& h, const StepConstants& c) {
-    const float g = grad * c.grad_scale;
-    m = h.beta1 * m + (1.0f - h.beta1) * g;
-    v = h.beta2 * v + (1.0f - h.beta2) * g * g;
-    const float step = (m / c.bias1) / (sqrtf(v / c.bias2) + h.eps);
-    p = p - c.lr * (step + wd * p);
+    const float g = __fmul_rn(grad, c.grad_scale);
+    m = __fmaf_rn(h.beta1, m, __fmul_rn(__fsub_rn(1.0f, h.beta1), g));
+    v = __fmaf_rn(h.beta2, v, __fmul_rn(__fmul_rn(__fsub_rn(1.0f, h.beta2), g), g));
+    const float step =
+        __fdiv_rn(__fdiv_rn(m, c.bias1), __fadd_rn(__fsqrt_rn(__fdiv_rn(v, c.bias2)), h.eps));
+    p = __fsub_rn(p, __fmul_rn(c.lr, __fmaf_rn(wd, p, step)));
 }
 
 // kVec elements at offset i (kVec = kPack on the aligned path, 1 otherwise).

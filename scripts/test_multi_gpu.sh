@@ -375,7 +375,9 @@ for _ in $(seq 1 600); do
     kill -0 "$p0" 2>/dev/null || break
     sleep 0.1
 done
-kill -9 "$p1" 2>/dev/null
+# p1 is the `timeout` wrapper: kill the trainer under it (a SIGKILL to timeout alone leaves its
+# child running, and rank 0 then simply finishes).
+kill -9 $(pgrep -P "$p1") "$p1" 2>/dev/null
 t_kill=$SECONDS
 wait "$p0"
 rc0=$?
