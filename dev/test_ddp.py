@@ -38,14 +38,7 @@ TINY = ["--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--vocab-size", "10
         "--block-size", "64", "-t", "32", "--device", DEVICE, "-x", "3", "-l", "1e-3",
         "--warmup-skip", "0", "--val-batches", "2"]
 TOL = 1e-5 if DEVICE == "cpu" else 1e-4
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
+from pycheck import check, failures  # noqa: E402
 
 
 def env():

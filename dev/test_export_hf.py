@@ -29,14 +29,7 @@ import check_hf_logits  # noqa: E402 (after the path)
 import train_gpt2  # noqa: E402
 
 L, NH, C, V, MAXT = 2, 4, 128, 1000, 96
-failures = []
-
-
-def check(ok, what):
-    print(("PASS " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
+from pycheck import check, failures  # noqa: E402
 
 
 def strict_safetensors(path):
