@@ -19,6 +19,8 @@
 #             Shakespeare (300 steps, cosine, validation every 50, samples) plotted by
 #             scripts/plot.py into $OUT/run.png; the largest B the trainer prints for d24, d36
 #             and d48 (no recompute), each trained for 4 steps
+#   multigpu  scripts/test_multi_gpu.sh (data parallel, ZeRO-1, resume across GPU counts, scaling,
+#             failure paths; about 4 minutes on 2 H200s) when 2 or more GPUs are visible, else SKIP
 # A stage that needs the dumps or the tinyshakespeare shards makes them when they are missing.
 # The whole set takes longer than one 10-minute device call: split it, e.g. (times are
 # estimates, not yet measured; each stage prints its own)
@@ -36,7 +38,7 @@
 # .carry/vocab.bpe (tiny Shakespeare tokenized here), .carry/commit.txt (the commit id).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ALL="build dumps tests sanitize benchops bench compare pipeline runs"
+ALL="build dumps tests sanitize benchops bench compare pipeline runs multigpu"
 only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -105,7 +107,9 @@ skip_result() { results+=("SKIP     $1 ($2)"); echo "${results[-1]}"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv >"$LOGS/gpu.txt" 2>&1 ||
     echo "nvidia-smi failed or is missing: no GPU visible here" >>"$LOGS/gpu.txt"
 cat "$LOGS/gpu.txt"
-commit=$(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit.txt 2>/dev/null || echo unknown)
+# .carry/commit.txt first: on a machine that receives a copy of the working tree, git's HEAD
+# can be older than the files (seen on the device machines: a c4a5a1b tree reported f2640b8).
+commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "$commit" >"$LOGS/commit.txt"
 echo "commit $commit, default precision $DEF, stages: ${only:-all}${skip:+ minus $skip}"
 
@@ -304,6 +308,17 @@ if want runs; then
         echo "  $m: largest B printed (recompute 0): ${b:-?}"
         [ -n "$b" ] && step "largest_$m" ./train_gpt2cu -i "$data" -e $m -b "$b" -t 1024 -x 4
     done
+fi
+
+# --- multigpu: the multi-GPU trainer (needs 2+ GPUs; scripts/test_multi_gpu.sh has its own table).
+if want multigpu; then
+    stage multigpu
+    ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+    if [ "$ngpu" -ge 2 ]; then
+        step test_multi_gpu env OUT="$LOGS" bash scripts/test_multi_gpu.sh
+    else
+        skip_result test_multi_gpu "$ngpu GPU(s) visible, 2 needed"
+    fi
 fi
 
 end_stage
