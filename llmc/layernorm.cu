@@ -22,6 +22,7 @@
 // the backward keeps each lane's weight/bias gradient sums in registers; they compute the same
 // sums in the same order as the generic kernels, so results are bit-identical between the two.
 // Last measured: not yet measured on a GPU.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -427,16 +428,19 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
     *dst = from_float<floatX>(to_float(*dst) + total);
 }
 
-// The backward's launch shape, a function of the device and (N, C) only, so the scratch size
-// and the launch agree.
+// The backward's launch shape, a function of the device, (N, C) and the kernel only, so the
+// scratch size and the launch agree. The warp-per-row kernel keeps kSums * C floats of shared
+// memory per warp, which limits its warps per block; the register-held kernel keeps them once per
+// block and always runs kBackwardMaxWarps warps (taking the other kernel's smaller count cost it
+// 20% at C = 768: 5 warps per block, 10 per SM, once the third sum came in).
 struct BackwardShape {
     int warps;   // per block
     int blocks;  // G, partial rows in scratch
 };
-BackwardShape backward_shape(const Context& ctx, int N, int C) {
+BackwardShape backward_shape(const Context& ctx, int N, int C, bool register_kernel) {
     BackwardShape b;
     b.warps = (int)(kBackwardSmemBytes / (kSums * sizeof(float) * (size_t)C));
-    if (b.warps > kBackwardMaxWarps) {
+    if (b.warps > kBackwardMaxWarps || register_kernel) {
         b.warps = kBackwardMaxWarps;
     }
     const int wanted = (N + b.warps - 1) / b.warps;
@@ -540,7 +544,9 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)", N,
                C, kMaxC);
-    return (size_t)backward_shape(ctx, N, C).blocks * kSums * C * sizeof(float);
+    const int blocks =
+        std::max(backward_shape(ctx, N, C, true).blocks, backward_shape(ctx, N, C, false).blocks);
+    return (size_t)blocks * kSums * C * sizeof(float);
 }
 
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
@@ -553,14 +559,15 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                "layernorm_backward: scratch must be a 16-byte aligned buffer of "
                "layernorm_backward_scratch_bytes(ctx, N, C) bytes");
     LLMC_CHECK(dinp != dout, "layernorm_backward: dinp must not alias dout");
-    const BackwardShape shape = backward_shape(ctx, N, C);
     float* partials = static_cast<float*>(scratch);
-    const size_t smem = (size_t)shape.warps * kSums * C * sizeof(float);
     const bool vec =
         C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     const int iters = vec ? register_iters(C) : 0;
-    if (iters > 0 && iters <= kMaxBackwardRegisterIters) {
-        // Only the block's (2, C) sums live in shared memory here.
+    const bool registers = iters > 0 && iters <= kMaxBackwardRegisterIters;
+    const BackwardShape shape = backward_shape(ctx, N, C, registers);
+    const size_t smem = (size_t)shape.warps * kSums * C * sizeof(float);
+    if (registers) {
+        // Only the block's (kSums, C) sums live in shared memory here.
         with_iters<kMaxBackwardRegisterIters>(iters, [&](auto it) {
             layernorm_backward_row_in_registers_kernel<kVecX, decltype(it)::value>
                 <<<shape.blocks, shape.warps * kWarpSize, kSums * C * sizeof(float), ctx.stream>>>(
