@@ -23,6 +23,7 @@
 #include "mfu.h"
 #include "model_init.h"
 #include "multi_gpu.cuh"
+#include "outlier.h"
 #include "rng.h"
 #include "run_log.h"
 #include "sampler.cuh"
@@ -250,6 +251,9 @@ struct RunState {
     long long adam_t = 0;      // AdamW updates applied; a non-finite step is skipped, not counted
     long long bad_streak = 0;  // non-finite steps in a row, ending at `step`
     long long bad_total = 0;
+    OutlierStats outliers;         // --skip-outliers statistics of the applied steps
+    long long outlier_total = 0;   // steps skipped as outliers
+    long long outlier_streak = 0;  // ... in a row, ending at `step` (not saved)
 };
 
 // The checkpoint header fields that describe this run (everything but the step's state).
@@ -345,6 +349,10 @@ bool save_checkpoint(const Context& ctx, const GPT2& model, const TrainConfig& t
     meta.adam_t = run.adam_t;
     meta.bad_streak = run.bad_streak;
     meta.bad_total = run.bad_total;
+    meta.outlier_mean = run.outliers.mean;
+    meta.outlier_sq = run.outliers.sq;
+    meta.outlier_count = run.outliers.count;
+    meta.outlier_total = run.outlier_total;
     meta.loader = dataloader_position(train);
     std::vector<float> weights;
     OptimizerState opt;
@@ -507,6 +515,8 @@ int main(int argc, char** argv) {
         run.adam_t = saved.adam_t;
         run.bad_streak = saved.bad_streak;
         run.bad_total = saved.bad_total;
+        run.outliers = {saved.outlier_mean, saved.outlier_sq, saved.outlier_count};
+        run.outlier_total = saved.outlier_total;
         if (run.step >= tc.steps) {
             std::printf("the checkpoint is at step %lld, the last of -x %d: nothing to train\n",
                         run.step, tc.steps);
@@ -580,6 +590,9 @@ int main(int argc, char** argv) {
             data_ms.push_back(fill_tokens(&train_loader, &model, grad_accum, ri));
         model.io.step_values->lr = lr_at_step(schedule, step);
         model.io.step_values->step = (int)(run.adam_t + 1);
+        // The outlier ceiling (+inf without --skip-outliers): AdamW skips above it on the device.
+        const float ceiling = outlier_max_norm_squared(run.outliers, tc.skip_outliers);
+        model.io.step_values->max_norm_squared = ceiling;
         CUDA_CHECK(cudaEventRecord(start, ctx.stream));
         gpt2_step(ctx, &model, tc.graph != 0);
         CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
@@ -601,11 +614,18 @@ int main(int argc, char** argv) {
         rec.tok_s = tc.total_batch / (ms / 1e3);
         rec.mfu = peak_tflops > 0 ? flops_per_step / (ms / 1e3) / (peak_tflops * 1e12) : 0.0;
         // A non-finite loss or norm: AdamW skips the update on the device, so t does not advance.
-        rec.skipped = !std::isfinite(rec.loss) || !std::isfinite(rec.norm);
+        // An outlier: a finite squared norm above the ceiling, the same float comparison as
+        // AdamW's; skipped too, but the weights stay good, so checkpoints go on.
+        const bool bad = !std::isfinite(rec.loss) || !std::isfinite(rec.norm);
+        const bool outlier = !bad && model.io.results[1] > ceiling;
+        rec.skipped = bad || outlier;
         run.step = step;
-        run.bad_streak = rec.skipped ? run.bad_streak + 1 : 0;
-        run.bad_total += rec.skipped ? 1 : 0;
+        run.bad_streak = bad ? run.bad_streak + 1 : 0;
+        run.bad_total += bad ? 1 : 0;
+        run.outlier_streak = outlier ? run.outlier_streak + 1 : 0;
+        run.outlier_total += outlier ? 1 : 0;
         run.adam_t += rec.skipped ? 0 : 1;
+        if (!rec.skipped) outlier_update(&run.outliers, rec.norm, tc.outlier_window);
         std::string eta;
         if (step >= first_step + 3) {
             const double spent =
@@ -617,7 +637,9 @@ int main(int argc, char** argv) {
             "step %5d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | MFU "
             "%.1f%%%s%s\n",
             step, tc.steps, rec.loss, rec.norm, rec.lr, ms, rec.tok_s, 100.0 * rec.mfu, eta.c_str(),
-            rec.skipped ? " | SKIPPED (not finite)" : "");
+            bad       ? " | SKIPPED (not finite)"
+            : outlier ? " | SKIPPED (outlier)"
+                      : "");
         std::fflush(stdout);
         losses.push_back(rec.loss);
         // The first step builds plans and the second captures the graph: neither is timed.
@@ -635,7 +657,23 @@ int main(int argc, char** argv) {
             (step % tc.sample_every == 0 || step == tc.steps))
             print_sample(ctx, &model, tc, has_decoder ? &sample_decoder : nullptr, step, &log);
         log.write(rec);
-        if (rec.skipped) {
+        if (outlier) {
+            std::fprintf(stderr,
+                         "warning: step %d's gradient norm %.4f is above the outlier ceiling %.4f "
+                         "(--skip-outliers %g); its update was skipped (%lld in a row, %lld in "
+                         "all)\n",
+                         step, rec.norm, std::sqrt(ceiling), tc.skip_outliers, run.outlier_streak,
+                         run.outlier_total);
+            if (tc.max_bad_steps > 0 && run.outlier_streak >= tc.max_bad_steps) {
+                std::fprintf(stderr,
+                             "error: %lld steps in a row were skipped as outliers (--max-bad-steps "
+                             "%d): the gradient norm has moved, not spiked; raise --skip-outliers "
+                             "or resume without it.\n",
+                             run.outlier_streak, tc.max_bad_steps);
+                return 1;
+            }
+        }
+        if (bad) {
             std::fprintf(stderr,
                          "warning: step %d has a non-finite loss or gradient norm; its update "
                          "was skipped (%lld in a row, %lld in all)\n",

@@ -233,8 +233,9 @@ void test_layout(const Context& ctx, const Layout& lay, bool use_master, size_t 
 // One update of the arrays already on the device (at offset d.offset), with an explicit norm
 // pointer (null: no clipping and no skip check).
 void run_update(const Context& ctx, Device& d, const AdamWTensors& t, const AdamWHyper& hyper,
-                float lr, int step, bool use_master, const float* norm) {
-    const AdamWStepValues values = {lr, step};
+                float lr, int step, bool use_master, const float* norm,
+                float max_norm_squared = INFINITY) {
+    const AdamWStepValues values = {lr, step, max_norm_squared};
     CUDA_CHECK(cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
     const size_t o = d.offset;
     adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr, d.m.get() + o,
@@ -287,10 +288,15 @@ void test_skip_non_finite(const Context& ctx) {
         run_update(ctx, d, t, hyper, 1e-2f, 1, true, d.norm.get());
         check_bitwise_equal(c.name, before, snapshot());
     }
+    // An outlier: a finite norm^2 above the step's ceiling (--skip-outliers) skips as well; at
+    // the ceiling exactly it does not (the device compares norm^2 > ceiling).
     upload(d.norm.get(), std::vector<float>{4.0f});
-    run_update(ctx, d, t, kHyper, 1e-2f, 1, true, d.norm.get());
+    run_update(ctx, d, t, kHyper, 1e-2f, 1, true, d.norm.get(), 3.99f);
+    check_bitwise_equal("norm^2 = 4 above the ceiling 3.99", before, snapshot());
+    run_update(ctx, d, t, kHyper, 1e-2f, 1, true, d.norm.get(), 4.0f);
     const bool changed = snapshot() != before;
-    std::printf("  %-44s %s\n", "finite norm^2 = 4 does update", changed ? "ok" : "FAIL");
+    std::printf("  %-44s %s\n", "finite norm^2 = 4, ceiling 4: does update",
+                changed ? "ok" : "FAIL");
     record_result(changed);
 }
 

@@ -94,6 +94,10 @@ llmc::CheckpointMeta sample_meta(long long step, int param_bytes) {
     m.loader.offset = 21 * 5;
     m.bad_streak = 0;
     m.bad_total = 3;
+    m.outlier_mean = 1.25;
+    m.outlier_sq = 1.5625 + 0.01;
+    m.outlier_count = 40;
+    m.outlier_total = 2;
     m.schedule = 2;
     m.warmup = 7;
     m.steps = 1000;
@@ -119,8 +123,10 @@ bool same_meta(const llmc::CheckpointMeta& a, const llmc::CheckpointMeta& b) {
            a.train_pattern == b.train_pattern && a.train_shards == b.train_shards &&
            a.train_tokens == b.train_tokens && a.loader.epoch == b.loader.epoch &&
            a.loader.shard == b.loader.shard && a.loader.offset == b.loader.offset &&
-           a.bad_streak == b.bad_streak && a.bad_total == b.bad_total && a.schedule == b.schedule &&
-           a.warmup == b.warmup && a.steps == b.steps && a.lr == b.lr &&
+           a.bad_streak == b.bad_streak && a.bad_total == b.bad_total &&
+           a.outlier_mean == b.outlier_mean && a.outlier_sq == b.outlier_sq &&
+           a.outlier_count == b.outlier_count && a.outlier_total == b.outlier_total &&
+           a.schedule == b.schedule && a.warmup == b.warmup && a.steps == b.steps && a.lr == b.lr &&
            a.final_frac == b.final_frac && a.decay_frac == b.decay_frac && a.beta1 == b.beta1 &&
            a.beta2 == b.beta2 && a.eps == b.eps && a.weight_decay == b.weight_decay &&
            a.grad_clip == b.grad_clip && a.sum_model == b.sum_model && a.sum_m == b.sum_m &&

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "host_test.h"
+#include "outlier.h"
 #include "schedule.h"
 
 namespace {
@@ -137,8 +139,34 @@ void test_warmup_covers_run() {
 
 }  // namespace
 
+// --skip-outliers (llmc/outlier.h): no ceiling while off or warming up; after steady norms a
+// spike is above the ceiling and an ordinary norm below it; the averages follow their formula.
+void test_outliers() {
+    const float inf = std::numeric_limits<float>::infinity();
+    llmc::OutlierStats s;
+    check(llmc::outlier_max_norm_squared(s, 3.0) == inf, "outliers: no ceiling before any step");
+    // Norms alternating 1.0 and 1.2: mean 1.1, standard deviation 0.1 in the long run.
+    for (int i = 0; i < 19; i++) llmc::outlier_update(&s, i % 2 ? 1.2 : 1.0, 10);
+    check(llmc::outlier_max_norm_squared(s, 3.0) == inf, "outliers: no ceiling after 19 steps");
+    for (int i = 19; i < 400; i++) llmc::outlier_update(&s, i % 2 ? 1.2 : 1.0, 10);
+    const float c = llmc::outlier_max_norm_squared(s, 3.0);
+    check(c > 1.2f * 1.2f && c < 2.0f * 2.0f, "outliers: ceiling^2 %.4f between 1.2^2 and 2^2", c);
+    check(std::sqrt(c) > 1.3 && std::sqrt(c) < 1.5,
+          "outliers: ceiling %.4f near mean + 3 std = 1.4 (EMA of a two-valued sequence)",
+          std::sqrt(c));
+    check(25.0f > c && !(1.2f * 1.2f > c), "outliers: a norm of 5 is above, 1.2 is not");
+    check(llmc::outlier_max_norm_squared(s, 0.0) == inf, "outliers: z = 0 turns it off");
+    // The averages: the first value sets both, then x += (value - x) / W.
+    llmc::OutlierStats t;
+    llmc::outlier_update(&t, 2.0, 4);
+    llmc::outlier_update(&t, 4.0, 4);
+    check(t.count == 2 && t.mean == 2.5 && t.sq == 4.0 + (16.0 - 4.0) / 4,
+          "outliers: EMA mean %.6g sq %.6g after 2 and 4 (W = 4)", t.mean, t.sq);
+}
+
 int main() {
     test_names();
+    test_outliers();
     test_warmup();
     test_constant();
     test_linear();

@@ -177,8 +177,9 @@ __global__ void __launch_bounds__(kThreads)
                        const AdamWStepValues* __restrict__ step_values,  // (1)
                        const float* __restrict__ norm_squared,           // (1) or null
                        size_t total) {
-    if (norm_squared != nullptr && !isfinite(*norm_squared)) {
-        return;  // a non-finite gradient: skip the step, leave every array as it is
+    if (norm_squared != nullptr &&
+        (!isfinite(*norm_squared) || *norm_squared > step_values->max_norm_squared)) {
+        return;  // a non-finite or outlier gradient: skip the step, leave every array as it is
     }
     const StepConstants c = step_constants(hyper, step_values, norm_squared);
     const size_t stride = (size_t)gridDim.x * kThreads;
@@ -218,8 +219,9 @@ __global__ void __launch_bounds__(kThreads)
                          llmc::ShardMap map, AdamWHyper hyper,
                          const AdamWStepValues* __restrict__ step_values,  // (1)
                          const float* __restrict__ norm_squared) {         // (1) or null
-    if (norm_squared != nullptr && !isfinite(*norm_squared)) {
-        return;  // a non-finite gradient: skip the step, leave every array as it is
+    if (norm_squared != nullptr &&
+        (!isfinite(*norm_squared) || *norm_squared > step_values->max_norm_squared)) {
+        return;  // a non-finite or outlier gradient: skip the step, leave every array as it is
     }
     const StepConstants c = step_constants(hyper, step_values, norm_squared);
     const size_t stride = (size_t)gridDim.x * kThreads;

@@ -21,6 +21,8 @@
 // sees the skipped step as the non-finite norm it gets back. norm_squared may be null only
 // when grad_clip <= 0, and then no step is skipped.
 #pragma once
+#include <cmath>
+
 #include "context.cuh"
 #include "precision.cuh"
 #include "shard_map.h"
@@ -30,6 +32,9 @@ constexpr int kAdamWMaxTensors = 16;
 struct AdamWStepValues {  // lives in device memory, written by the host before each step
     float lr;
     int step;  // t, 1-based
+    // The update is skipped (every array left alone) when the squared gradient norm exceeds this:
+    // the outlier ceiling of --skip-outliers (llmc/outlier.h); +inf: never.
+    float max_norm_squared = INFINITY;
 };
 
 struct AdamWTensors {  // passed by value: tensor boundaries and which ones decay

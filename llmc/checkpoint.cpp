@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -130,6 +131,10 @@ std::vector<int64_t> make_header(const CheckpointMeta& m) {
     h[kSlotSumM] = (int64_t)m.sum_m;
     h[kSlotSumV] = (int64_t)m.sum_v;
     h[kSlotSumParams] = (int64_t)m.sum_params;
+    h[kSlotOutlierMean] = double_bits(m.outlier_mean);
+    h[kSlotOutlierSq] = double_bits(m.outlier_sq);
+    h[kSlotOutlierCount] = m.outlier_count;
+    h[kSlotOutlierTotal] = m.outlier_total;
     char* bytes = reinterpret_cast<char*>(h.data());
     std::strncpy(bytes + kStatePrecisionOffset, m.precision.c_str(), 15);
     std::memcpy(bytes + kStatePatternOffset, m.train_pattern.data(), m.train_pattern.size());
@@ -169,6 +174,10 @@ void parse_header(const std::vector<int64_t>& h, CheckpointMeta* m) {
     m->sum_m = (uint64_t)h[kSlotSumM];
     m->sum_v = (uint64_t)h[kSlotSumV];
     m->sum_params = (uint64_t)h[kSlotSumParams];
+    m->outlier_mean = bits_double(h[kSlotOutlierMean]);
+    m->outlier_sq = bits_double(h[kSlotOutlierSq]);
+    m->outlier_count = h[kSlotOutlierCount];
+    m->outlier_total = h[kSlotOutlierTotal];
     const char* bytes = reinterpret_cast<const char*>(h.data());
     m->precision.assign(bytes + kStatePrecisionOffset, strnlen(bytes + kStatePrecisionOffset, 15));
     m->train_pattern.assign(bytes + kStatePatternOffset,
@@ -217,6 +226,13 @@ void open_state(const std::string& path, CheckpointMeta* meta, FileCloser* file)
                    meta->T > 0,
                "checkpoint state file '%s' has a bad header: step %lld, AdamW t %lld, B %d, T %d.",
                path.c_str(), meta->step, meta->adam_t, meta->B, meta->T);
+    LLMC_CHECK(std::isfinite(meta->outlier_mean) && std::isfinite(meta->outlier_sq) &&
+                   meta->outlier_count >= 0 && meta->outlier_total >= 0 &&
+                   meta->outlier_total <= meta->step,
+               "checkpoint state file '%s' has bad --skip-outliers statistics in its header "
+               "(mean %g, mean square %g, %lld steps, %lld skipped).",
+               path.c_str(), meta->outlier_mean, meta->outlier_sq, meta->outlier_count,
+               meta->outlier_total);
     const long long expected = kStateHeaderBytes + (long long)payload_bytes(*meta);
     LLMC_CHECK(actual == expected,
                "checkpoint state file '%s' is %lld bytes but its header (%lld parameters, step "

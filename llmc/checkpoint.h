@@ -79,6 +79,12 @@ enum StateSlot {  // int64 slots of the state header
     kSlotSumM,
     kSlotSumV,
     kSlotSumParams,  // 0 when the params array is absent
+    // --skip-outliers statistics (llmc/outlier.h); 0 in files written before the option, which
+    // is what a run without it saves too
+    kSlotOutlierMean,  // double
+    kSlotOutlierSq,    // double
+    kSlotOutlierCount,
+    kSlotOutlierTotal,  // steps skipped as outliers so far
     kNumStateSlots
 };
 // scripts/test_resume.sh reads the header with these indices.
@@ -101,6 +107,8 @@ struct CheckpointMeta {
     long long train_shards = 0, train_tokens = 0;
     DataLoaderPosition loader;
     long long bad_streak = 0, bad_total = 0;
+    double outlier_mean = 0, outlier_sq = 0;  // --skip-outliers statistics (llmc/outlier.h)
+    long long outlier_count = 0, outlier_total = 0;
     int schedule = 0, warmup = 0, steps = 0;
     double lr = 0, final_frac = 0, decay_frac = 0;
     double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;

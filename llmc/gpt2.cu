@@ -293,6 +293,7 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     CUDA_CHECK(cudaMalloc(&m->d_results, 2 * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&m->io.tokens, tokens * sizeof(int)));
     CUDA_CHECK(cudaMallocHost(&m->io.step_values, sizeof(AdamWStepValues)));
+    *m->io.step_values = AdamWStepValues{0.0f, 1};  // pinned memory starts uninitialised
     CUDA_CHECK(cudaMallocHost(&m->io.results, 2 * sizeof(float)));
     std::memset(m->io.tokens, 0, tokens * sizeof(int));
     m->io.step_values->lr = 0.0f;

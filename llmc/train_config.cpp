@@ -73,6 +73,11 @@ const char* kHelp =
     "  --max-bad-steps K  stop (exit 1, no checkpoint) after K steps in a row whose loss or\n"
     "               gradient norm is not finite; such steps leave the weights alone (default\n"
     "               10; 0 = never stop)\n"
+    "  --skip-outliers Z  skip the update of a step whose gradient norm is more than Z standard\n"
+    "               deviations above its recent mean (exponential averages over the applied\n"
+    "               steps, from the 20th on); K such steps in a row stop the run like\n"
+    "               --max-bad-steps (default 0: off)\n"
+    "  --outlier-window W  the averages' length in steps (decay 1 - 1/W; default 100)\n"
     "checkpoints (in -o DIR; also DIR/config.json and DIR/log.jsonl, one JSON line a step):\n"
     "  --checkpoint-every N  write DIR/model_SSSSSSSS.bin + state_SSSSSSSS.bin every N steps\n"
     "               (default 0: only at the end; a run always checkpoints at its end and when\n"
@@ -232,6 +237,10 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->tokenizer = v;
         else if (is("--max-bad-steps"))
             c->max_bad_steps = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--skip-outliers"))
+            c->skip_outliers = parse_float(f, v, 0.0, 1000.0);
+        else if (is("--outlier-window"))
+            c->outlier_window = (int)parse_int(f, v, 2, 1 << 24);
         else if (is("--zero"))
             c->zero = (int)parse_int(f, v, 0, 1);
         else if (is("--init-file"))
@@ -313,6 +322,9 @@ void print_train_config(const TrainConfig& c, FILE* out) {
                      c.resume_path.empty() ? "(newest in -o)" : c.resume_path.c_str());
     if (c.stop_after > 0) std::fprintf(out, "stop after       step %d\n", c.stop_after);
     std::fprintf(out, "max bad steps    %d\n", c.max_bad_steps);
+    if (c.skip_outliers > 0)
+        std::fprintf(out, "skip outliers    gradient norm z-score > %g (window %d steps)\n",
+                     c.skip_outliers, c.outlier_window);
     if (c.sample_every > 0)
         std::fprintf(out,
                      "samples          every %d steps, %d tokens, temperature %g, top-k %d, seed "
@@ -350,6 +362,8 @@ void write_train_config_json(const TrainConfig& c, const std::string& extra, FIL
                  c.temperature, c.top_k, c.sample_seed);
     std::fprintf(out, "  \"tokenizer\": %s,\n", json_string(c.tokenizer).c_str());
     std::fprintf(out, "  \"world_size\": %d,\n  \"zero\": %d,\n", c.world_size, c.zero);
+    std::fprintf(out, "  \"skip_outliers\": %.9g,\n  \"outlier_window\": %d,\n", c.skip_outliers,
+                 c.outlier_window);
     std::fprintf(out, "  \"max_bad_steps\": %d%s%s\n}\n", c.max_bad_steps,
                  extra.empty() ? "" : ",\n  ", extra.c_str());
 }

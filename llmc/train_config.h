@@ -48,14 +48,16 @@ struct TrainConfig {
     // learning-rate schedule, checkpoints, resume and stability
     std::string lr_schedule = "constant";  // --lr-schedule constant|linear|cosine|wsd
     float lr_final_frac = 0.0f;            // --lr-final-frac  final lr as a fraction of the peak
-    float decay_frac = 0.2f;   // --decay-frac  wsd: fraction of the steps spent decaying
-    int checkpoint_every = 0;  // --checkpoint-every N  checkpoint every N steps (0 = end)
-    int keep_last = 2;         // --keep-last K  keep the newest K checkpoints
-    int keep_every = 0;        // --keep-every M  also keep steps that are multiples of M
-    bool resume = false;       // --resume [PATH]  continue from a checkpoint
-    std::string resume_path;   //     PATH: a run dir or state file ("" = -o's newest)
-    int stop_after = 0;        // --stop-after N  stop (checkpoint, exit 0) after step N
-    int max_bad_steps = 10;    // --max-bad-steps K  stop after K non-finite steps in a row
+    float decay_frac = 0.2f;     // --decay-frac  wsd: fraction of the steps spent decaying
+    int checkpoint_every = 0;    // --checkpoint-every N  checkpoint every N steps (0 = end)
+    int keep_last = 2;           // --keep-last K  keep the newest K checkpoints
+    int keep_every = 0;          // --keep-every M  also keep steps that are multiples of M
+    bool resume = false;         // --resume [PATH]  continue from a checkpoint
+    std::string resume_path;     //     PATH: a run dir or state file ("" = -o's newest)
+    int stop_after = 0;          // --stop-after N  stop (checkpoint, exit 0) after step N
+    int max_bad_steps = 10;      // --max-bad-steps K  stop after K non-finite steps in a row
+    float skip_outliers = 0.0f;  // --skip-outliers Z  skip steps whose norm z-score exceeds Z
+    int outlier_window = 100;    // --outlier-window W  the statistics' averaging length
 
     // multi-GPU (one process per GPU; llmc/multi_gpu.cuh)
     int world_size = 1;     // not an option: the launcher's, set before parsing (dist_env.h)

@@ -31,6 +31,8 @@ expect 2 "not a multiple of B\*T" -i x -b 4 -t 64 -d 1000
 expect 2 "needs a value" -i
 expect 2 "--tf32 must be in" -i x --tf32 2
 expect 2 "--shuffle must be in" -i x --shuffle 2
+expect 2 "--skip-outliers must be in" -i x --skip-outliers -1
+expect 2 "--outlier-window must be in" -i x --outlier-window 1
 expect 2 "--prefetch needs a whole number" -i x --prefetch on
 expect 2 "--recompute must be in 0..2" -i x --recompute 3
 # multi-GPU: the launcher's variables and the options that depend on the world size
