@@ -400,7 +400,47 @@ void test_nccl_load() {
 
 }  // namespace
 
-int main() {
+// --launched: this process is one rank started by a real launcher (mpirun, scripts/launch.sh,
+// srun; dev/test_launchers.sh runs them). It finds its place from the environment as the trainer
+// does, gets rank 0's id through the TCP bootstrap (LLMC_MASTER_PORT from the caller), checks
+// the id against the bytes rank 0 makes, and prints one line "rank R of W (local L, SOURCE): id
+// ok" or the failure; exit 0 only when every check passed.
+int launched_rank(const char* expect_source) {
+    DistEnv env;
+    std::string why;
+    if (!dist_env_from_environment(&env, &why)) {
+        std::printf("FAIL: %s\n", why.c_str());
+        return 1;
+    }
+    if (env.source.find(expect_source) == std::string::npos || env.world_size < 2) {
+        std::printf("FAIL: rank %d of %d found through \"%s\", expected %s and a world of 2+\n",
+                    env.rank, env.world_size, env.source.c_str(), expect_source);
+        return 1;
+    }
+    BootstrapOptions opt;
+    if (!bootstrap_options_from_environment("", &opt, &why)) {
+        std::printf("FAIL: %s\n", why.c_str());
+        return 1;
+    }
+    opt.timeout_s = 30;
+    uint8_t want[kBootstrapIdBytes], id[kBootstrapIdBytes];
+    for (size_t i = 0; i < kBootstrapIdBytes; i++) want[i] = (uint8_t)(i * 37 + 11);
+    if (env.rank == 0)
+        std::memcpy(id, want, sizeof(id));
+    else
+        std::memset(id, 0, sizeof(id));
+    if (!bootstrap_share_id(env, opt, 0x1234, id, &why)) {
+        std::printf("FAIL: rank %d: %s\n", env.rank, why.c_str());
+        return 1;
+    }
+    const bool ok = std::memcmp(id, want, sizeof(id)) == 0;
+    std::printf("rank %d of %d (local %d, %s): id %s\n", env.rank, env.world_size, env.local_rank,
+                env.source.c_str(), ok ? "ok" : "WRONG");
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && std::strcmp(argv[1], "--launched") == 0) return launched_rank(argv[2]);
     char tmpl[] = "/tmp/test_multi_gpu_XXXXXX";
     const char* tmp = mkdtemp(tmpl);
     if (tmp == nullptr) return 2;

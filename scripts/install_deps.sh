@@ -12,6 +12,13 @@ if ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &&
 elif ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
     { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 || true
 fi
+# mpirun (OpenMPI), for dev/test_launchers.sh (it skips the mpirun case without it).
+if ! command -v mpirun >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "installing openmpi-bin from Debian (for dev/test_launchers.sh)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin; } >&2 || true
+elif ! command -v mpirun >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
+    { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin; } >&2 || true
+fi
 have_all() { py=$(bash scripts/find_python.sh) && "$py" -c 'import regex' >/dev/null 2>&1 && command -v clang-format >/dev/null; }
 if have_all; then
     echo "$py"

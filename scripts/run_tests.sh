@@ -41,6 +41,8 @@ for t in build/host/dev/test_*; do
 done
 run cli_checks bash scripts/test_cli.sh
 run launch_checks bash dev/test_launch.sh
+# The trainer's rank discovery and id bootstrap under mpirun, launch.sh and srun's variables.
+run launcher_checks bash dev/test_launchers.sh build/host/dev/test_multi_gpu_host
 run format_check make --no-print-directory format-check
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
