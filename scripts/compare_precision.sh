@@ -18,14 +18,19 @@
 #   -n 0|1    also train the fp32 build with TF32 matmuls (default 1, when -f is 0) and print its
 #             max |diff| against fp32: how far a small, harmless perturbation alone moves the curve,
 #             the scale to read the bf16 gap against (not part of the bar)
+#   -p 0|1    also train scripts/train_gpt2.py (PyTorch, eager, on the GPU) in fp32 and in bf16
+#             autocast on the same data, preset, seed, B, T, lr and steps, and print PyTorch's own
+#             bf16 gap: what bf16 does to this curve in the reference implementation (default 0;
+#             not part of the bar)
+# Every gap is also printed over 20-step means (the step-to-step noise averaged out).
 # Prints max |diff| over all steps and over the last 50, and PASS / FAIL; exit code 1 on FAIL.
 # The trainers are build/fp32/train_gpt2cu and build/bf16/train_gpt2cu (built when missing).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 data="" outdir=${OUT:-build/compare_precision} preset=d12 seed=42 steps=200 B=8 T=1024 lr=3e-4
-tf32=0 tol=0.02 noise=1
+tf32=0 tol=0.02 noise=1 torch_runs=0
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
-while getopts "d:o:e:s:x:b:t:l:f:a:n:h" opt; do
+while getopts "d:o:e:s:x:b:t:l:f:a:n:p:h" opt; do
     case $opt in
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
@@ -38,6 +43,7 @@ while getopts "d:o:e:s:x:b:t:l:f:a:n:h" opt; do
         f) tf32=$OPTARG ;;
         a) tol=$OPTARG ;;
         n) noise=$OPTARG ;;
+        p) torch_runs=$OPTARG ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -104,6 +110,20 @@ for run in $runs; do
     echo "$run: $(grep '^summary' "$outdir/train_$run.log") ($((SECONDS - t0)) s)"
 done
 
+if [ "$torch_runs" = 1 ]; then
+    TPY=${LLMC_PYTHON:-$(bash scripts/find_python.sh)} || { echo "error: no python with torch" >&2; exit 1; }
+    for dt in float32 bfloat16; do
+        t0=$SECONDS
+        if ! "$TPY" scripts/train_gpt2.py -i "$data" -e "$preset" --seed "$seed" -x "$steps" -b "$B" \
+            -t "$T" -l "$lr" --dtype "$dt" --device cuda >"$outdir/train_torch_$dt.log" 2>&1; then
+            echo "error: the PyTorch $dt run failed; last lines of $outdir/train_torch_$dt.log:" >&2
+            tail -n 8 "$outdir/train_torch_$dt.log" >&2
+            exit 1
+        fi
+        echo "torch $dt: $((SECONDS - t0)) s"
+    done
+fi
+
 "$PY" - "$outdir" "$steps" "$tol" <<'EOF'
 import os, re, sys
 outdir, steps, tol = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -111,7 +131,7 @@ outdir, steps, tol = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 line = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \|")
 def losses(prec):
     out = {}
-    for l in open(f"{outdir}/train_{prec}.log"):
+    for l in open(f"{outdir}/train_{prec}.log"):  # the reference prints the same step lines
         m = line.match(l)
         if m:
             out[int(m.group(1))] = float(m.group(3))
@@ -137,6 +157,12 @@ for s in sorted({1, steps // 4, steps // 2, 3 * steps // 4, steps} - {0}):
     print(f"  step {s:4d}: fp32 {fp32[s]:.4f}  bf16 {bf16[s]:.4f}  diff {bf16[s] - fp32[s]:+.4f}")
 print(f"max |diff| over all {steps} steps: {d_all:.4f} (step {s_all})")
 print(f"max |diff| over the last {min(50, steps)} steps: {d_last:.4f} (step {s_last})")
+def mean_gap(a, b, w=20):  # max |difference of w-step means| (the step-to-step noise averaged)
+    s = [k for k in range(1, steps + 1) if k in a and k in b]
+    if len(s) < w:
+        return float("nan")
+    return max(abs(sum(a[k] - b[k] for k in s[i:i + w]) / w) for i in range(len(s) - w + 1))
+print(f"over 20-step means: max |bf16 - fp32| {mean_gap(bf16, fp32):.4f}")
 if os.path.exists(f"{outdir}/train_tf32.log"):
     tf32 = losses("tf32")
     ref = [(s, abs(tf32[s] - fp32[s])) for s in range(1, steps + 1) if s in tf32]
@@ -144,7 +170,14 @@ if os.path.exists(f"{outdir}/train_tf32.log"):
         r = max(ref, key=lambda r: r[1])
         r50 = max(ref[-50:], key=lambda r: r[1])
         print(f"for scale, fp32 with TF32 matmuls vs fp32: max |diff| {r[1]:.4f} (step {r[0]}), "
-              f"{r50[1]:.4f} over the last 50 steps")
+              f"{r50[1]:.4f} over the last 50 steps, {mean_gap(tf32, fp32):.4f} over 20-step means")
+if os.path.exists(f"{outdir}/train_torch_bfloat16.log"):
+    t32, t16 = losses("torch_float32"), losses("torch_bfloat16")
+    ref = [(s, abs(t16[s] - t32[s])) for s in range(1, steps + 1) if s in t16 and s in t32]
+    if ref:
+        r = max(ref, key=lambda r: r[1])
+        print(f"for scale, PyTorch's own bf16 autocast vs its fp32: max |diff| {r[1]:.4f} "
+              f"(step {r[0]}), {mean_gap(t16, t32):.4f} over 20-step means")
 try:
     import matplotlib
     matplotlib.use("Agg")

@@ -13,7 +13,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the small config
 #   benchops  dev/bench_ops of both precisions, dev/bench_attention if present
 #   bench     scripts/bench.sh with its four default configs (ours vs PyTorch compile)
-#   compare   scripts/compare_precision.sh (fp32 vs bf16 loss curves, 200 steps)
+#   compare   scripts/compare_precision.sh -p 1 (fp32 vs bf16 loss curves, 200 steps; PyTorch's own
+#             bf16 autocast gap for scale)
 #   pipeline  loader cost (prefetch / sync / no loading) and tokenizer vs tiktoken
 #   runs      scripts/test_resume.sh and scripts/test_generate.sh; a real d12 run on tiny
 #             Shakespeare (300 steps, cosine, validation every 50, samples) plotted by
@@ -253,7 +254,7 @@ if want compare; then
     stage compare
     ts_data
     [ -n "$TS" ] || echo "no tiny Shakespeare here (.carry/tinyshakespeare.txt + encoder.json): random tokens"
-    step compare_precision bash scripts/compare_precision.sh ${TS:+-d "$TS"} -o "$LOGS/compare"
+    step compare_precision bash scripts/compare_precision.sh -p 1 ${TS:+-d "$TS"} -o "$LOGS/compare"
     sed -n '/^data:/,$p' "$LOGS/compare_precision.log"
     cp "$LOGS"/compare/losses.csv "$LOGS"/compare/losses.png "$OUT"/ 2>/dev/null
 fi
