@@ -127,21 +127,24 @@ __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, floa
     p = __fsub_rn(p, __fmul_rn(c.lr, __fmaf_rn(wd, p, step)));
 }
 
-// kVec elements at offset i (kVec = kPack on the aligned path, 1 otherwise).
+// kVec elements (kVec = kPack on the aligned path, 1 otherwise): params and grads at the global
+// offset gi, m, v (and master) at the local offset li, element k decayed by wd[k]. gi == li in
+// the whole-buffer kernel; in ZeRO-1 li is the offset in this rank's shard. The one update both
+// kernels run, so they give the same bits (stochastic rounding draws from the global index).
 template <int kVec, bool kMaster>
 __device__ __forceinline__ void adamw_pack(floatX* __restrict__ params, float* __restrict__ master,
                                            float* __restrict__ m, float* __restrict__ v,
                                            const floatX* __restrict__ grads,
-                                           const AdamWTensors& tensors, const AdamWHyper& h,
-                                           const StepConstants& c, size_t i) {
-    const Vec<floatX, kVec> g = load_vec<kVec>(grads + i);
-    Vec<float, kVec> mv = load_vec<kVec>(m + i);
-    Vec<float, kVec> vv = load_vec<kVec>(v + i);
+                                           const float (&wd)[kVec], const AdamWHyper& h,
+                                           const StepConstants& c, size_t gi, size_t li) {
+    const Vec<floatX, kVec> g = load_vec<kVec>(grads + gi);
+    Vec<float, kVec> mv = load_vec<kVec>(m + li);
+    Vec<float, kVec> vv = load_vec<kVec>(v + li);
     Vec<float, kVec> p;
     if constexpr (kMaster) {
-        p = load_vec<kVec>(master + i);
+        p = load_vec<kVec>(master + li);
     } else {
-        const Vec<floatX, kVec> px = load_vec<kVec>(params + i);
+        const Vec<floatX, kVec> px = load_vec<kVec>(params + gi);
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
             p.v[k] = to_float(px.v[k]);
@@ -150,20 +153,33 @@ __device__ __forceinline__ void adamw_pack(floatX* __restrict__ params, float* _
     Vec<floatX, kVec> out;
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
-        const float wd = weight_decay_of(tensors, h.weight_decay, i + k);
-        adamw_element(p.v[k], mv.v[k], vv.v[k], to_float(g.v[k]), wd, h, c);
+        adamw_element(p.v[k], mv.v[k], vv.v[k], to_float(g.v[k]), wd[k], h, c);
         if constexpr (kMaster) {
-            out.v[k] = round_from_master<floatX>(p.v[k], rounding_bits(c, i + k));
+            out.v[k] = round_from_master<floatX>(p.v[k], rounding_bits(c, gi + k));
         } else {
             out.v[k] = from_float<floatX>(p.v[k]);
         }
     }
-    store_vec<kVec>(m + i, mv);
-    store_vec<kVec>(v + i, vv);
+    store_vec<kVec>(m + li, mv);
+    store_vec<kVec>(v + li, vv);
     if constexpr (kMaster) {
-        store_vec<kVec>(master + i, p);
+        store_vec<kVec>(master + li, p);
     }
-    store_vec<kVec>(params + i, out);
+    store_vec<kVec>(params + gi, out);
+}
+
+// The whole buffer: element i's decay is its tensor's (a pack may span two tensors).
+template <int kVec, bool kMaster>
+__device__ __forceinline__ void adamw_whole_pack(floatX* __restrict__ params,
+                                                 float* __restrict__ master, float* __restrict__ m,
+                                                 float* __restrict__ v,
+                                                 const floatX* __restrict__ grads,
+                                                 const AdamWTensors& tensors, const AdamWHyper& h,
+                                                 const StepConstants& c, size_t i) {
+    float wd[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; k++) wd[k] = weight_decay_of(tensors, h.weight_decay, i + k);
+    adamw_pack<kVec, kMaster>(params, master, m, v, grads, wd, h, c, i, i);
 }
 
 template <int kVec, bool kMaster>
@@ -186,10 +202,10 @@ __global__ void __launch_bounds__(kThreads)
     const size_t tid = (size_t)blockIdx.x * kThreads + threadIdx.x;
     const size_t packs = total / kVec;
     for (size_t p = tid; p < packs; p += stride) {
-        adamw_pack<kVec, kMaster>(params, master, m, v, grads, tensors, hyper, c, p * kVec);
+        adamw_whole_pack<kVec, kMaster>(params, master, m, v, grads, tensors, hyper, c, p * kVec);
     }
     for (size_t i = packs * kVec + tid; i < total; i += stride) {
-        adamw_pack<1, kMaster>(params, master, m, v, grads, tensors, hyper, c, i);
+        adamw_whole_pack<1, kMaster>(params, master, m, v, grads, tensors, hyper, c, i);
     }
 }
 
@@ -229,37 +245,11 @@ __global__ void __launch_bounds__(kThreads)
     for (size_t p = (size_t)blockIdx.x * kThreads + threadIdx.x; p < packs; p += stride) {
         const size_t j = p * kVec;
         const int k = map.tensor_of(j);
-        const size_t gi = map.global_index(k, j);
-        const float wd = map.decayed[k] ? hyper.weight_decay : 0.0f;
-        const Vec<floatX, kVec> g = load_vec<kVec>(grads + gi);
-        Vec<float, kVec> mv = load_vec<kVec>(m + j);
-        Vec<float, kVec> vv = load_vec<kVec>(v + j);
-        Vec<float, kVec> pv;
-        if constexpr (kMaster) {
-            pv = load_vec<kVec>(master + j);
-        } else {
-            const Vec<floatX, kVec> px = load_vec<kVec>(params + gi);
+        float wd[kVec];
 #pragma unroll
-            for (int q = 0; q < kVec; q++) {
-                pv.v[q] = to_float(px.v[q]);
-            }
-        }
-        Vec<floatX, kVec> out;
-#pragma unroll
-        for (int q = 0; q < kVec; q++) {
-            adamw_element(pv.v[q], mv.v[q], vv.v[q], to_float(g.v[q]), wd, hyper, c);
-            if constexpr (kMaster) {
-                out.v[q] = round_from_master<floatX>(pv.v[q], rounding_bits(c, gi + q));
-            } else {
-                out.v[q] = from_float<floatX>(pv.v[q]);
-            }
-        }
-        store_vec<kVec>(m + j, mv);
-        store_vec<kVec>(v + j, vv);
-        if constexpr (kMaster) {
-            store_vec<kVec>(master + j, pv);
-        }
-        store_vec<kVec>(params + gi, out);
+        for (int q = 0; q < kVec; q++) wd[q] = map.decayed[k] ? hyper.weight_decay : 0.0f;
+        adamw_pack<kVec, kMaster>(params, master, m, v, grads, wd, hyper, c, map.global_index(k, j),
+                                  j);
     }
 }
 
