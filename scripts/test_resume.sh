@@ -21,6 +21,8 @@
 #   5. a resume with another batch shape is refused with one sentence.
 #   6. non-finite steps: a model whose final layernorm weights are NaN stops after
 #      --max-bad-steps 3 with exit 1 and writes no checkpoint.
+#   7. --skip-outliers 0.5: some steps after the 20th are skipped, each leaves every array of its
+#      checkpoint equal to the previous step's; a stop at 35 and resume repeats every decision.
 # Prints PASS or FAIL per check and exits 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -245,6 +247,44 @@ n_ckpt=$(ls "$WORK/nan"/state_*.bin 2>/dev/null | wc -l)
 n_skip=$(grep -c '"skipped": true' "$WORK/nan/log.jsonl" 2>/dev/null)
 [ $rc = 1 ] && grep -q "3 steps in a row had a non-finite loss" <<<"$out" && [ "$n_ckpt" = 0 ] && [ "$n_skip" = 3 ]
 verdict "NaN weights: stop after 3 bad steps, exit $rc, $n_ckpt checkpoints, $n_skip skipped steps logged" $?
+
+# --- 7. outlier steps (--skip-outliers) --------------------------------------------------------
+# z = 0.5 skips roughly a third of the steps after the first 20; checkpoints every step show that a
+# skipped step leaves parameters, moments and master weights as they were, and a stop/resume
+# across skipped steps (the statistics live in the checkpoint) makes the same decisions.
+OUTL=("${COMMON[@]}" -x 60 --skip-outliers 0.5 --max-bad-steps 0)
+"$BIN" "${OUTL[@]}" -o "$WORK/outl" --checkpoint-every 1 --keep-last 100 >"$WORK/outl.log" 2>&1
+rc=$?
+out=$("$PY" - "$WORK/outl" <<'EOF'
+import json, sys
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(f"{d}/log.jsonl")]
+skipped = [r["step"] for r in recs if r.get("skipped")]
+print("skipped steps:", skipped)
+if not skipped or min(skipped) <= 20:
+    print("want at least one skipped step, none of them before step 21"); sys.exit(1)
+def arrays(step):
+    st = open(f"{d}/state_{step:08d}.bin", "rb").read()[4096:]
+    mo = open(f"{d}/model_{step:08d}.bin", "rb").read()[1024:]
+    return st, mo
+bad = [s for s in skipped if arrays(s) != arrays(s - 1)]
+applied = [s for s in range(22, 61) if s not in skipped][:1]
+moved = [s for s in applied if arrays(s)[0] != arrays(s - 1)[0]]
+print(f"{len(skipped) - len(bad)}/{len(skipped)} skipped steps left every array alone;",
+      f"applied step {applied} changed them: {moved == applied}")
+sys.exit(1 if bad or moved != applied else 0)
+EOF
+)
+ok=$?
+[ $rc = 0 ] && [ $ok = 0 ]
+verdict "--skip-outliers 0.5: $(tr '\n' ' ' <<<"$out")" $? "(exit $rc, see $WORK/outl.log)"
+"$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --stop-after 35 >"$WORK/outl_split1.log" 2>&1 &&
+    "$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --resume >"$WORK/outl_split2.log" 2>&1
+rc=$?
+out=$(compare_logs "$WORK/outl/log.jsonl" "$WORK/outl_split/log.jsonl" 1 60 2>&1)
+same=$?
+[ $rc = 0 ] && [ $same = 0 ] && grep -q '"skipped": true' "$WORK/outl_split/log.jsonl"
+verdict "--skip-outliers stop at 35, resume: steps 1..60 bit-identical, skips included: $(tail -1 <<<"$out")" $? "$out"
 
 echo "test_resume: $passed passed, $failed failed"
 [ "$failed" = 0 ]
