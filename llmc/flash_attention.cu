@@ -764,9 +764,9 @@ struct Tiles {
     int stages = 2;  // cp.async stages of the inner tiles (prefetch distance stages - 1)
 };
 
-constexpr int kForwardVariants = 6;
-constexpr int kDqVariants = 5;
-constexpr int kDkdvVariants = 4;
+constexpr int kForwardVariants = 3;
+constexpr int kDqVariants = 3;
+constexpr int kDkdvVariants = 3;
 
 constexpr Tiles forward_tiles(int v, int hs) {
     if (hs > 64) return Tiles{4, 2, 32, 1, false};
@@ -775,12 +775,6 @@ constexpr Tiles forward_tiles(int v, int hs) {
             return Tiles{4, 2, 64, 1, true};
         case 2:
             return Tiles{8, 1, 64, 2, false, 3};
-        case 3:
-            return Tiles{4, 1, 64, 3, true};
-        case 4:
-            return Tiles{4, 1, 64, 3, false};
-        case 5:  // Q in registers spills at HS = 48
-            return Tiles{8, 1, 64, 2, hs == 64};
         default:
             return Tiles{8, 1, 64, 2, false};
     }
@@ -793,10 +787,6 @@ constexpr Tiles dq_tiles(int v, int hs) {
             return Tiles{4, 1, 32, 3, true, 3};
         case 2:
             return Tiles{8, 1, 64, 1, true, 3};
-        case 3:
-            return Tiles{2, 1, 32, 6, true};
-        case 4:
-            return Tiles{4, 1, 32, 4, true};
         default:
             return Tiles{4, 1, 32, 3, true};
     }
@@ -809,8 +799,6 @@ constexpr Tiles dkdv_tiles(int v, int hs) {
             return Tiles{4, 1, 64, 2, false, 3};
         case 2:
             return Tiles{8, 1, 64, 1, true, 3};
-        case 3:  // 5 or 6 per SM spill
-            return Tiles{2, 1, 32, 4, true};
         default:
             return Tiles{4, 1, 32, 3, true};
     }
@@ -819,15 +807,13 @@ constexpr Tiles dkdv_tiles(int v, int hs) {
 // Variant names (HS <= 64; above, every variant is the same shape).
 const char* const kForwardNames[kForwardVariants] = {
     "8w x16 rows, 64 keys, 2/SM, Q smem", "4w x32 rows, 64 keys, 2/SM",
-    "8w x16 rows, 64 keys, 2/SM, Q smem, 3 stages", "4w x16 rows, 64 keys, 3/SM",
-    "4w x16 rows, 64 keys, 3/SM, Q smem", "8w x16 rows, 64 keys, 2/SM"};
-const char* const kDqNames[kDqVariants] = {
-    "4w x16 rows, 32 keys, 3/SM", "4w x16 rows, 32 keys, 3/SM, 3 stages",
-    "8w x16 rows, 64 keys, 1/SM, 3 stages", "2w x16 rows, 32 keys, 6/SM",
-    "4w x16 rows, 32 keys, 4/SM"};
-const char* const kDkdvNames[kDkdvVariants] = {
-    "4w x16 keys, 32 q, 3/SM", "4w x16 keys, 64 q, 2/SM, KV smem, 3 stages",
-    "8w x16 keys, 64 q, 1/SM, 3 stages", "2w x16 keys, 32 q, 4/SM"};
+    "8w x16 rows, 64 keys, 2/SM, Q smem, 3 stages"};
+const char* const kDqNames[kDqVariants] = {"4w x16 rows, 32 keys, 3/SM",
+                                           "4w x16 rows, 32 keys, 3/SM, 3 stages",
+                                           "8w x16 rows, 64 keys, 1/SM, 3 stages"};
+const char* const kDkdvNames[kDkdvVariants] = {"4w x16 keys, 32 q, 3/SM",
+                                               "4w x16 keys, 64 q, 2/SM, KV smem, 3 stages",
+                                               "8w x16 keys, 64 q, 1/SM, 3 stages"};
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
 // initializer), so launches inside CUDA graph capture make no attribute calls.
