@@ -757,7 +757,10 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // forward 0.50-0.52 vs 0.49 ms; 8 warps x 64-row inner tiles in the backward, 1.62-1.72 ms;
 // 64-key dQ tiles or 64-query dK/dV tiles at 2 blocks/SM, 1.61-1.73 ms; 32 rows per warp at
 // 8 warps or 128-key tiles in the forward, 0.53-0.65 ms; 16-key or 16-query inner tiles at 3-4
-// blocks/SM, 1.72-1.92 ms.
+// blocks/SM, 1.72-1.92 ms. For small grids (H100, 2026-11-23, B=4 vs B=64, commit cd6d7ba): no
+// shape beat the defaults at B=4 (forward 0.053 ms, backward 0.145 ms per layer: 4 warps x 16 rows
+// at 3/SM 0.056-0.057, 8 warps with Q in registers 0.052; dQ or dK/dV with 2 warps at 4-6/SM
+// 0.160-0.161, 4 warps at 4/SM 0.146), and each was slower at B=64.
 struct Tiles {
     int warps, mt, inner, min_blocks;
     bool a_in_regs;

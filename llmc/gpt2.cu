@@ -395,16 +395,19 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         // fcproj weight gradient below reads.
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
+        const bool fc_bias_in_epilogue = dgelu_bgrad_enabled();
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
                         /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
                         a.dresidual, a.fch_gelu.at(l),
-                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l));
+                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l),
+                        fc_bias_in_epilogue ? g[kFcb] + layer_slice(lay, kFcb, l, L) : nullptr);
         if (recompute >= 2) {
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
         matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
-                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch,
+                        fc_bias_in_epilogue ? nullptr : g[kFcb] + layer_slice(lay, kFcb, l, L),
+                        a.dbias_scratch, a.dfch,
                         a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,

@@ -293,6 +293,24 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
     }
 }
 
+// dst[k] = (first ? 0 : dst[k]) + acc[k] for k < kVec (a multiple of 4; dst 16-byte aligned), by
+// 16-byte shared-memory accesses. 0 + acc as in the warp-per-row kernel's sums, so the two kernels
+// stay bit-identical.
+template <int kVec>
+__device__ __forceinline__ void add_in_order(float* dst, const float (&acc)[kVec], bool first) {
+    static_assert(kVec % 4 == 0, "add_in_order: kVec must be a multiple of 4");
+#pragma unroll
+    for (int k = 0; k < kVec; k += 4) {
+        float4 v = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                         : *reinterpret_cast<const float4*>(dst + k);
+        v.x += acc[k];
+        v.y += acc[k + 1];
+        v.z += acc[k + 2];
+        v.w += acc[k + 3];
+        *reinterpret_cast<float4*>(dst + k) = v;
+    }
+}
+
 // The same backward with each row's dout read once into registers (inp is read again in the
 // second pass, mostly from L1/L2) and each lane's column sums kept in registers (a lane owns the
 // same columns in every row, as in the forward above), so the inner loop does no shared-memory
@@ -371,22 +389,19 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
             }
         }
     }
-    // Warp w adds its sums after warps 0..w-1: the block's partial row in warp order.
+    // Warp w adds its sums after warps 0..w-1: the block's partial row in warp order. 16-byte
+    // shared-memory accesses: a lane's kVec columns are contiguous, and scalar accesses at that
+    // stride were 8-way bank conflicts that kept the other warps waiting at the barrier (ncu, B=4:
+    // barrier stalls 46% of the kernel's stall cycles).
     for (int w = 0; w < warps; w++) {
         if (warp == w) {
 #pragma unroll
             for (int i = 0; i < kIters; i++) {
                 const int c = (i * kWarpSize + lane) * kVec;
                 if (c < C) {
-#pragma unroll
-                    for (int k = 0; k < kVec; k++) {
-                        const float prev_w = w == 0 ? 0.0f : block_sums[c + k];
-                        const float prev_b = w == 0 ? 0.0f : block_sums[C + c + k];
-                        const float prev_r = w == 0 ? 0.0f : block_sums[2 * C + c + k];
-                        block_sums[c + k] = prev_w + dw[i][k];
-                        block_sums[C + c + k] = prev_b + db[i][k];
-                        block_sums[2 * C + c + k] = prev_r + dr[i][k];
-                    }
+                    add_in_order<kVec>(block_sums + c, dw[i], w == 0);
+                    add_in_order<kVec>(block_sums + C + c, db[i], w == 0);
+                    add_in_order<kVec>(block_sums + 2 * C + c, dr[i], w == 0);
                 }
             }
         }
@@ -409,6 +424,8 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
     const int col = blockIdx.x * kReduceCols + threadIdx.x;
     float acc = 0.0f;
     if (col < sums * C) {
+        // Unrolled so that several loads are in flight; the additions stay in order.
+#pragma unroll 8
         for (int g = threadIdx.y; g < G; g += kReduceGroups) {
             acc += partials[(size_t)g * kSums * C + col];
         }

@@ -21,8 +21,9 @@
 #   5. a resume with another batch shape is refused with one sentence.
 #   6. non-finite steps: a model whose final layernorm weights are NaN stops after
 #      --max-bad-steps 3 with exit 1 and writes no checkpoint.
-#   7. --skip-outliers 0.5: some steps after the 20th are skipped, each leaves every array of its
-#      checkpoint equal to the previous step's; a stop at 35 and resume repeats every decision.
+#   7. --skip-outliers 0.5 on a shard whose every 4th batch is one repeated token: some steps after
+#      the 20th are skipped, each leaves every array of its checkpoint equal to the previous
+#      step's; a stop at 35 and resume repeats every decision.
 # Prints PASS or FAIL per check and exits 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -156,7 +157,8 @@ rc=$?
 [ $rc = 0 ] && grep -q "resume  *from .*state_00000050.bin: step 50" "$WORK/split2.log"
 verdict "--resume continues from step 50" $? "(exit $rc, see $WORK/split2.log)"
 out=$(compare_logs "$WORK/ref/log.jsonl" "$WORK/split/log.jsonl" 1 100 2>&1)
-verdict "stop/resume: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $? "$out"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "stop/resume: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $st "$out"
 same_files "$WORK/ref" "$WORK/split" 100
 verdict "stop/resume: final model and state files byte-identical" $?
 
@@ -177,7 +179,8 @@ verdict "SIGINT: exit 0 after step ${stop_step:-?} with its checkpoint" $? "(exi
 "$BIN" "${COMMON[@]}" -o "$WORK/sig" --resume >"$WORK/sig2.log" 2>&1
 verdict "SIGINT: --resume runs to the end" $? "(see $WORK/sig2.log)"
 out=$(compare_logs "$WORK/ref/log.jsonl" "$WORK/sig/log.jsonl" 1 100 2>&1)
-verdict "SIGINT: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $? "$out"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "SIGINT: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $st "$out"
 same_files "$WORK/ref" "$WORK/sig" 100
 verdict "SIGINT: final model and state files byte-identical" $?
 
@@ -217,7 +220,8 @@ rc=$?
 [ $rc = 0 ] && { [ "$last" -lt 0 ] || grep -q "resume  *from .*state_$(printf %08d "$last").bin" "$WORK/kill_final.log"; }
 verdict "kill -9: the last --resume continues from step $last and finishes" $? "(exit $rc, see $WORK/kill_final.log)"
 out=$(compare_logs "$WORK/ref/log.jsonl" "$WORK/kill/log.jsonl" 1 100 2>&1)
-verdict "kill -9: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $? "$out"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "kill -9: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $st "$out"
 same_files "$WORK/ref" "$WORK/kill" 100
 verdict "kill -9: final model and state files byte-identical" $?
 kept=$(cd "$WORK/kill" && ls state_*.bin | tr '\n' ' ')
@@ -228,7 +232,8 @@ verdict "kill -9: pruning kept the last 3 and every 20th: $kept" $?
 out=$("$BIN" "${COMMON[@]}" -b 2 -o "$WORK/split" --resume 2>&1)
 rc=$?
 [ $rc = 1 ] && grep -q "resume with the same batch shape" <<<"$out"
-verdict "a resume with -b 2 is refused: $(grep error <<<"$out" | head -1)" $?
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "a resume with -b 2 is refused: $(grep error <<<"$out" | head -1)" $st
 
 # --- 6. non-finite steps ----------------------------------------------------------------------
 "$PY" - "$WORK/model.bin" "$WORK/nan_model.bin" <<'EOF'
@@ -249,10 +254,29 @@ n_skip=$(grep -c '"skipped": true' "$WORK/nan/log.jsonl" 2>/dev/null)
 verdict "NaN weights: stop after 3 bad steps, exit $rc, $n_ckpt checkpoints, $n_skip skipped steps logged" $?
 
 # --- 7. outlier steps (--skip-outliers) --------------------------------------------------------
-# z = 0.5 skips roughly a third of the steps after the first 20; checkpoints every step show that a
-# skipped step leaves parameters, moments and master weights as they were, and a stop/resume
-# across skipped steps (the statistics live in the checkpoint) makes the same decisions.
-OUTL=("${COMMON[@]}" -x 60 --skip-outliers 0.5 --max-bad-steps 0)
+# On random tokens the gradient norm only drifts down, so nothing is an outlier: this run reads a
+# shard in which every 4th batch is one token repeated (its gradient adds up coherently, a norm
+# well above the others). With z = 0.5 those steps are skipped after the first 20; checkpoints
+# every step show that a skipped step leaves parameters, moments and master weights as they
+# were, and a stop/resume across skipped steps (the statistics live in the checkpoint) makes the
+# same decisions.
+"$PY" - "$WORK/odata" <<'EOF'
+import os, sys
+import numpy as np
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+rng = np.random.RandomState(11)
+n = 24 * 512 + 1  # 24 batches of 4 x 128 (+1 for the last target)
+tok = rng.randint(0, 50257, size=n)
+for b in range(3, 24, 4):
+    tok[b * 512:(b + 1) * 512 + 1] = 464
+header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
+with open(f"{out}/spiky_train_000000.bin", "wb") as f:
+    f.write(header.tobytes()); f.write(tok.astype("<u2").tobytes())
+EOF
+OUTL=(-i "$WORK/odata/spiky_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
+      -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --autotune 0 -s 1234
+      --skip-outliers 0.5 --max-bad-steps 0)
 "$BIN" "${OUTL[@]}" -o "$WORK/outl" --checkpoint-every 1 --keep-last 100 >"$WORK/outl.log" 2>&1
 rc=$?
 out=$("$PY" - "$WORK/outl" <<'EOF'
@@ -277,14 +301,16 @@ EOF
 )
 ok=$?
 [ $rc = 0 ] && [ $ok = 0 ]
-verdict "--skip-outliers 0.5: $(tr '\n' ' ' <<<"$out")" $? "(exit $rc, see $WORK/outl.log)"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "--skip-outliers 0.5: $(tr '\n' ' ' <<<"$out")" $st "(exit $rc, see $WORK/outl.log)"
 "$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --stop-after 35 >"$WORK/outl_split1.log" 2>&1 &&
     "$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --resume >"$WORK/outl_split2.log" 2>&1
 rc=$?
 out=$(compare_logs "$WORK/outl/log.jsonl" "$WORK/outl_split/log.jsonl" 1 60 2>&1)
 same=$?
 [ $rc = 0 ] && [ $same = 0 ] && grep -q '"skipped": true' "$WORK/outl_split/log.jsonl"
-verdict "--skip-outliers stop at 35, resume: steps 1..60 bit-identical, skips included: $(tail -1 <<<"$out")" $? "$out"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "--skip-outliers stop at 35, resume: steps 1..60 bit-identical, skips included: $(tail -1 <<<"$out")" $st "$out"
 
 echo "test_resume: $passed passed, $failed failed"
 [ "$failed" = 0 ]
