@@ -103,7 +103,7 @@ struct Buffers {
 // `variants`, also times every other tile-shape variant of each pass (the backward with one
 // kernel's variant swapped, the other kernel at its default).
 double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants) {
-    Buffers<__nv_bfloat16> d(s, flash_attention_scratch_bytes(s.B, s.T, s.NH), 1);
+    Buffers<__nv_bfloat16> d(s, flash_attention_scratch_bytes(s.B, s.T, s.NH, s.HS), 1);
     const double gflop = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2 / 1e9;
     const Stats fwd = time_ms(ctx, iters, [&](int i) {
         flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(), s.B, s.T, s.NH,

@@ -12,8 +12,11 @@
 // online-softmax rescaling, so about the same error is expected; 2x is the project's rule)
 // plus one bf16 ulp of the tensor's largest value (two correct implementations can round an
 // output element to neighbouring bf16 values).
-// The first run starts from NaN-filled outputs and scratch; a second run must reproduce every
-// output bit for bit (determinism). Every shape runs the default tile-shape variants, then each
+// The qkv bias gradient the backward can add (dbias += column sums of dqkv) is checked the same
+// way against the column sums of the reference and of the plain pipeline (see test_variants).
+// The first run starts from NaN-filled outputs and scratch; a second run, without the bias
+// gradient, must reproduce every output bit for bit (determinism, and dqkv does not depend on
+// whether the bias is asked for), and a third the bias gradient. Every shape runs the default tile-shape variants, then each
 // other variant of one pass with the others at default (flash_attention_variants).
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
@@ -110,7 +113,20 @@ struct Reference {
     Shape s;
     std::vector<float> qkv, dout, out, lse, dqkv;  // inputs (bf16 values) and reference outputs
     std::vector<float> plain_out, plain_dqkv;      // the plain bf16 pipeline
+    // The qkv bias gradient: a random starting value (bf16), plus the column sums of dqkv over
+    // the B*T rows, from the reference and from the plain pipeline.
+    std::vector<float> bias_init, bias_ref, bias_plain;
 };
+
+// init[c] + sum over rows of x (rows, cols), in double.
+std::vector<float> add_column_sums(const std::vector<float>& init, const std::vector<float>& x,
+                                   size_t rows, int cols) {
+    std::vector<double> acc(init.begin(), init.end());
+    for (size_t r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) acc[c] += x[r * cols + c];
+    }
+    return std::vector<float>(acc.begin(), acc.end());
+}
 
 Reference make_reference(const Shape& s, uint64_t seed) {
     const size_t BT = (size_t)s.B * s.T;
@@ -136,11 +152,16 @@ Reference make_reference(const Shape& s, uint64_t seed) {
     cpu::attention_backward(r.dqkv.data(), r.dout.data(), r.qkv.data(), r.out.data(), r.lse.data(),
                             s.B, s.T, C, s.NH);
     plain_bf16_attention(r.plain_out, r.plain_dqkv, s, r.qkv, r.dout, r.out, r.lse);
+    r.bias_init.resize(3 * C);
+    fill_uniform(r.bias_init, rng, -1.0f, 1.0f);
+    round_bf16(r.bias_init);
+    r.bias_ref = add_column_sums(r.bias_init, r.dqkv, BT, 3 * C);
+    r.bias_plain = add_column_sums(r.bias_init, r.plain_dqkv, BT, 3 * C);
     return r;
 }
 
 struct DeviceTensors {
-    DeviceBuffer<bf16> qkv, dout, ref_out, out, dqkv;
+    DeviceBuffer<bf16> qkv, dout, ref_out, out, dqkv, dbias;
     DeviceBuffer<float> ref_lse, lse;
     DeviceBuffer<unsigned char> scratch;
     explicit DeviceTensors(const Shape& s)
@@ -149,13 +170,14 @@ struct DeviceTensors {
           ref_out((size_t)s.B * s.T * s.C()),
           out((size_t)s.B * s.T * s.C()),
           dqkv((size_t)s.B * s.T * 3 * s.C()),
+          dbias((size_t)3 * s.C()),
           ref_lse((size_t)s.B * s.NH * s.T),
           lse((size_t)s.B * s.NH * s.T),
-          scratch(flash_attention_scratch_bytes(s.B, s.T, s.NH)) {}
+          scratch(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.HS)) {}
 };
 
 struct RunBytes {
-    std::vector<unsigned char> out, lse, dqkv;
+    std::vector<unsigned char> out, lse, dqkv, dbias;
 };
 
 // Tile-shape variants of the three passes (forward, dQ, dK/dV) for one run.
@@ -163,8 +185,10 @@ struct Variants {
     int fwd, dq, dkdv;
 };
 
+// With bias_init, the backward also adds the qkv bias gradient into dbias (set to bias_init).
 RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const Variants& v,
-                   bool poison_all) {
+                   bool poison_all, const std::vector<float>* bias_init) {
+    if (bias_init != nullptr) upload(d.dbias.get(), *bias_init);
     if (poison_all) {
         poison(d.out.get(), d.out.size());
         poison(d.lse.get(), d.lse.size());
@@ -174,11 +198,13 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const V
     flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS,
                             v.fwd);
     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
-                             d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv);
+                             d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv,
+                             bias_init != nullptr ? d.dbias.get() : nullptr);
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
-                    download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(bf16))};
+                    download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(bf16)),
+                    download_bytes(d.dbias.get(), d.dbias.size() * sizeof(bf16))};
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -218,7 +244,7 @@ void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, con
     std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (fwd%d dq%d dkdv%d)", s.B, s.T, s.NH,
                   s.HS, v.fwd, v.dq, v.dkdv);
 
-    const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true);
+    const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true, &r.bias_init);
     const size_t BT = (size_t)s.B * s.T;
     const std::vector<float> out = download(d.out.get(), d.out.size());
     const std::vector<float> lse = download(d.lse.get(), d.lse.size());
@@ -227,7 +253,7 @@ void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, con
     // lse: fp32 sums of at most T exp2 terms (relative error < T * 2^-24 ~ 6e-5 at T=1000, as
     // absolute error after the log) plus the rounding of fp32 scores; the plain pipeline has
     // no error of its own here, so the bound is absolute.
-    char name[128];
+    char name[192];
     std::snprintf(name, sizeof(name), "%s lse", label);
     check_close(name, lse, r.lse, 1e-4f, 0.0f);
     const char* parts[3] = {"dq", "dk", "dv"};
@@ -236,14 +262,29 @@ void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, con
                        qkv_part(r.dqkv, BT, s.C(), p), qkv_part(r.plain_dqkv, BT, s.C(), p),
                        max_abs(r.dqkv));
     }
+    // The bias gradient: the plain pipeline's error in these sums twice, the bf16 rounding of
+    // the result, and the fp32 cancellation error of each dq/dk element (as above) once per row.
+    {
+        const std::vector<float> dbias = download(d.dbias.get(), d.dbias.size());
+        const float err_plain = max_abs_diff(r.bias_plain, r.bias_ref);
+        const float atol = 2.0f * err_plain + kBf16RoundingRel * max_abs(r.bias_ref) +
+                           kFp32SumRel * max_abs(r.dqkv) * (float)BT;
+        std::snprintf(name, sizeof(name), "%s dbias += column sums (plain bf16 err %.2e)", label,
+                      err_plain);
+        check_close(name, dbias, r.bias_ref, atol, 0.0f);
+    }
 
-    const RunBytes second = run_flash(ctx, d, s, v, /*poison_all=*/false);
+    // Without the bias gradient: the same dqkv, bit for bit (and a rerun of everything else).
+    const RunBytes second = run_flash(ctx, d, s, v, /*poison_all=*/false, nullptr);
     std::snprintf(name, sizeof(name), "%s out rerun", label);
     check_bitwise_equal(name, first.out, second.out);
     std::snprintf(name, sizeof(name), "%s lse rerun", label);
     check_bitwise_equal(name, first.lse, second.lse);
-    std::snprintf(name, sizeof(name), "%s dqkv rerun", label);
+    std::snprintf(name, sizeof(name), "%s dqkv rerun without dbias", label);
     check_bitwise_equal(name, first.dqkv, second.dqkv);
+    const RunBytes third = run_flash(ctx, d, s, v, /*poison_all=*/false, &r.bias_init);
+    std::snprintf(name, sizeof(name), "%s dbias rerun", label);
+    check_bitwise_equal(name, first.dbias, third.dbias);
 }
 
 // The default variants, then each other variant of one pass with the other passes at default.

@@ -5,8 +5,9 @@
 //
 // Shapes: qkv (B, T, 3C), out (B, T, C), lse (B, NH, T) float, HS = C / NH, scale = 1/sqrt(HS).
 //
-// bf16 build (flash): no T x T buffer; scratch is D_t = dO_t . O_t, B*NH*T floats (256-byte
-// aligned); HS must be a multiple of 16 up to 128. See flash_attention.cu for the math, tiling
+// bf16 build (flash): no T x T buffer; scratch is D_t = dO_t . O_t, B*NH*T floats, and the qkv
+// bias gradient's partial column sums (flash_attention_scratch_bytes); HS must be a multiple of
+// 16 up to 128. See flash_attention.cu for the math, tiling
 // and figures.
 //
 // cuBLAS path: the GEMMs read q, k, v straight out of qkv (row stride 3C) and write out / dqkv
@@ -271,7 +272,7 @@ void attention_backward_cublas(const Context& ctx, floatX* dqkv, void* scratch, 
 #if defined(ENABLE_BF16)
 
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
-    return flash_attention_scratch_bytes(B, T, NH);
+    return flash_attention_scratch_bytes(B, T, NH, C / NH);
 }
 
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
@@ -281,12 +282,14 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
     flash_attention_forward(ctx, out, lse, qkv, B, T, NH, C / NH);
 }
 
-void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
+bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH) {
+                        int NH, floatX* dbias) {
     NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
-    flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH);
+    flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH, 0, 0,
+                             dbias);
+    return dbias != nullptr;
 }
 
 #else
@@ -301,11 +304,12 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
     attention_forward_cublas(ctx, out, lse, scratch, qkv, B, T, C, NH);
 }
 
-void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
+bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH) {
+                        int NH, floatX* /*dbias: left to the caller*/) {
     NvtxRange range("attention_backward");
     attention_backward_cublas(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+    return false;
 }
 
 #endif

@@ -6,8 +6,12 @@
 //                       log sum_s exp(s_ts) (overwrites), the only per-row value kept for
 //                       backward.
 //   attention_backward: dqkv (B, T, 3C) OVERWRITTEN with dL/dqkv, from dout, qkv, out and lse.
+//                       Given dbias (3C), the bf16 build also adds the qkv bias gradient (column
+//                       sums of dqkv) into it and returns true; the fp32 build returns false
+//                       and leaves it to the caller (matmul_backward).
 // `scratch` is a buffer shared by all layers (attention_scratch_bytes). The bf16 build runs the
-// fused flash kernels (flash_attention.cuh): scratch is only D = dout . out, B*NH*T floats, and
+// fused flash kernels (flash_attention.cuh): scratch is D = dout . out (B*NH*T floats) and the
+// bias partials, and
 // HS must be a multiple of 16 up to 128. The fp32 build runs the cuBLASLt path: the T x T
 // scores live in scratch during the call, and backward recomputes them from q, k and lse.
 #pragma once
@@ -19,9 +23,9 @@ size_t attention_scratch_bytes(int B, int T, int C, int NH);
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
                        const floatX* qkv, int B, int T, int C, int NH);
 
-void attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
+bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH);
+                        int NH, floatX* dbias = nullptr);
 
 // The cuBLASLt path in either build (the fp32 build's attention_*; the benchmark compares it
 // with flash in the bf16 build). Its scratch holds two T x T score areas per (b, h).

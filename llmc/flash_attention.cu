@@ -440,6 +440,84 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
 // ---- Backward ---------------------------------------------------------------------------------
 
+// The qkv bias gradient rides on the backward (dbias != null): each block writes the column sums
+// of its rows' dq (or dk and dv) into one row of float partials, from the float accumulators
+// before they are rounded to bf16, and qkv_bias_reduce_kernel adds the partial rows in order.
+// That replaces a separate column-sum pass over dqkv (B*T x 3C bf16, 116 us per layer at d12
+// B=64 on an H100). Every pass's block covers at least kBiasMinRows rows (asserted at launch),
+// so B * ceil(T / kBiasMinRows) partial rows per part fit the scratch.
+constexpr int kBiasMinRows = 64;
+
+// Column sums of a block's accumulator tiles for the bias partials, staged in shared memory
+// (reduced by shuffles instead, they cost the dK/dV kernel registers it does not have at 3
+// blocks per SM). stage_tile writes one tile, times mul, as float: each warp's 16*MT rows in mma
+// m16n8 fragments (this thread has columns n*8 + 2*(lane % 4) + {0, 1} of rows lane / 4 and
+// lane / 4 + 8 of each m-tile), rows padded to HS + 8 floats against bank conflicts. NA tiles
+// (NA * rows * (HS + 8) floats) fit in the shared memory of the block's row tiles (at least
+// 2 * rows * (HS + 8) bf16 per tile), which they reuse: the caller puts a barrier before the
+// staging (every warp done with the tiles) and one after it, then sum_staged_columns adds each
+// column over the rows in order into dst[a][0, HS).
+template <int HS>
+constexpr int kStagedLd = smem_stride<HS>();
+
+template <int HS, int WARPS, int MT>
+__device__ __forceinline__ void stage_tile(float* tile, const float (&acc)[MT][HS / 8][4],
+                                           float mul, int warp, int lane) {
+    constexpr int LD = kStagedLd<HS>;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float* t = tile + (warp * 16 * MT + mt * 16 + lane / 4) * LD;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            const int c = n * 8 + 2 * (lane % 4);
+            *reinterpret_cast<float2*>(t + c) =
+                make_float2(acc[mt][n][0] * mul, acc[mt][n][1] * mul);
+            *reinterpret_cast<float2*>(t + 8 * LD + c) =
+                make_float2(acc[mt][n][2] * mul, acc[mt][n][3] * mul);
+        }
+    }
+}
+
+template <int HS, int WARPS, int MT, int NA>
+__device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], const float* tile) {
+    constexpr int ROWS = 16 * MT * WARPS, LD = kStagedLd<HS>;
+    for (int i = threadIdx.x; i < NA * HS; i += WARPS * 32) {
+        const int a = i / HS, c = i % HS;
+        const float* t = tile + a * ROWS * LD + c;
+        float total = 0.0f;
+#pragma unroll 8
+        for (int r = 0; r < ROWS; r++) total += t[r * LD];
+        dst[a][c] = total;
+    }
+}
+
+// dbias (3C) += column sums of the partial rows: the q columns c < C from part_q (rows_q, C), the
+// k and v columns from part_kv (rows_kv, 2C). Block: 32 columns x kBiasGroups groups; group y adds
+// rows y, y + kBiasGroups, ... in order, then group 0 adds the groups in order.
+constexpr int kBiasGroups = 32;
+__global__ void __launch_bounds__(32 * kBiasGroups)
+    qkv_bias_reduce_kernel(bf16* __restrict__ dbias, const float* __restrict__ part_q, int rows_q,
+                           const float* __restrict__ part_kv, int rows_kv, int C) {
+    __shared__ float group_sums[kBiasGroups][32];
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (col < 3 * C) {
+        const bool q = col < C;
+        const float* p = q ? part_q + col : part_kv + (col - C);
+        const int rows = q ? rows_q : rows_kv;
+        const size_t ld = q ? (size_t)C : 2 * (size_t)C;
+#pragma unroll 4
+        for (int r = threadIdx.y; r < rows; r += kBiasGroups) acc += p[(size_t)r * ld];
+    }
+    group_sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= 3 * C) return;
+    float total = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kBiasGroups; g++) total += group_sums[g][threadIdx.x];
+    dbias[col] = __float2bfloat16(__bfloat162float(dbias[col]) + total);
+}
+
 // Per-row values of a query tile into shared memory by cp.async (a plain load would stall the
 // loading warp, and with it the whole block at the next barrier, for a global-memory latency per
 // tile): lse (natural log) and D. Rows >= T get 0; they add nothing anyway, since their q and dO
@@ -470,6 +548,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
                                        const bf16* __restrict__ dout,  // (B, T, C)
                                        const bf16* __restrict__ out,   // (B, T, C)
                                        const float* __restrict__ lse,  // (B, NH, T)
+                                       float* __restrict__ bias_part,  // (B * gridDim.x, C) or null
                                        int T, int NH, float scale, float scale_log2) {
     constexpr int WR = 16 * MT, BR = WR * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BC / 8;
@@ -599,6 +678,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     for (int mt = 0; mt < MT; mt++) {
         store_rows<HS>(dq_g, C3, dq[mt], scale, scale, row_lo + 16 * mt, T, lane);
     }
+    // Rows >= T hold 0 (their lse is +inf, so P = 0): they add nothing to the column sums.
+    if (bias_part != nullptr) {
+        float* tile = reinterpret_cast<float*>(smem_raw);
+        __syncthreads();
+        stage_tile<HS, WARPS, MT>(tile, dq, scale, warp, lane);
+        __syncthreads();
+        float* const dst[1] = {bias_part + ((long long)b * gridDim.x + qb) * C + h * HS};
+        sum_staged_columns<HS, WARPS, MT, 1>(dst, tile);
+    }
 }
 
 // dK, dV for one key tile of BC = 16*MT*WARPS rows; loops over query tiles of BR rows from the
@@ -613,6 +701,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
                                          const bf16* __restrict__ dout,  // (B, T, C)
                                          const float* __restrict__ lse,  // (B, NH, T)
                                          const float* __restrict__ D,    // (B, NH, T)
+                                         float* __restrict__ bias_part,  // (B*gridDim.x, 2C) or null
                                          int T, int NH, float scale, float scale_log2) {
     constexpr int WK = 16 * MT, BC = WK * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BR / 8;
@@ -736,11 +825,32 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
         }
     }
 
+    // Epilogue: dk (times scale) and dv staged in shared memory as float, written out as bf16
+    // rows by 16-byte stores and, with bias_part, summed by column for the bias partials (keys
+    // >= T hold 0: masked for every query < T, and queries >= T have dO = 0 and D = 0). Storing
+    // straight from the fragments instead left no registers for the column sums at 3 blocks per
+    // SM (it spilled).
+    constexpr int LD = kStagedLd<HS>, CHUNKS = HS / 8;
+    float* tile = reinterpret_cast<float*>(smem_raw);  // [2][BC][LD]: dk, dv
+    __syncthreads();
+    stage_tile<HS, WARPS, MT>(tile, dk, scale, warp, lane);
+    stage_tile<HS, WARPS, MT>(tile + BC * LD, dv, 1.0f, warp, lane);
+    __syncthreads();
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        store_rows<HS>(dk_g, C3, dk[mt], scale, scale, key_lo + 16 * mt, T, lane);
-        store_rows<HS>(dk_g + C, C3, dv[mt], 1.0f, 1.0f, key_lo + 16 * mt, T, lane);
+    for (int i = threadIdx.x; i < 2 * BC * CHUNKS; i += THREADS) {
+        const int a = i / (BC * CHUNKS), r = (i / CHUNKS) % BC, c = (i % CHUNKS) * 8;
+        if (k0 + r < T) {
+            const float4 lo = *reinterpret_cast<const float4*>(tile + (a * BC + r) * LD + c);
+            const float4 hi = *reinterpret_cast<const float4*>(tile + (a * BC + r) * LD + c + 4);
+            const uint4 packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w),
+                                            pack_bf16(hi.x, hi.y), pack_bf16(hi.z, hi.w));
+            *reinterpret_cast<uint4*>(dk_g + a * C + (long long)(k0 + r) * C3 + c) = packed;
+        }
+    }
+    if (bias_part != nullptr) {
+        float* row = bias_part + ((long long)b * gridDim.x + kb) * 2 * C + h * HS;
+        float* const dst[2] = {row, row + C};
+        sum_staged_columns<HS, WARPS, MT, 2>(dst, tile);
     }
 }
 
@@ -844,35 +954,41 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
 
 template <int HS, int V>
 void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
-                    const bf16* out, const float* lse, int B, int T, int NH) {
+                    const bf16* out, const float* lse, float* bias_part, int B, int T, int NH) {
     constexpr Tiles t = dq_tiles(V, HS);
     static_assert(t.a_in_regs, "the dQ kernel keeps Q and dO in registers");
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
+    static_assert(BR >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 rows");
     constexpr size_t smem = (size_t)(2 * BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    static_assert(BR * kStagedLd<HS> * sizeof(float) <= smem,
+                  "the bias column sums stage dq as float in the kernel's shared memory");
     auto kernel = flash_attention_backward_dq_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
     kernel<<<dim3((T + BR - 1) / BR, B * NH), t.warps * 32, smem, ctx.stream>>>(
-        dqkv, D, qkv, dout, out, lse, T, NH, scale, scale_log2);
+        dqkv, D, qkv, dout, out, lse, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
 }
 
 template <int HS, int V>
 void backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16* dout,
-                      const bf16* qkv, const float* lse, int B, int T, int NH) {
+                      const bf16* qkv, const float* lse, float* bias_part, int B, int T, int NH) {
     constexpr Tiles t = dkdv_tiles(V, HS);
     constexpr int BC = 16 * t.mt * t.warps, BR = t.inner;
+    static_assert(BC >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 keys");
     constexpr size_t smem =
         (size_t)(2 * BC + 2 * t.stages * BR) * smem_stride<HS>() * sizeof(bf16) +
         2 * t.stages * BR * sizeof(float);
+    static_assert(2 * BC * kStagedLd<HS> * sizeof(float) <= smem,
+                  "the epilogue stages dk and dv as float in the kernel's shared memory");
     auto kernel = flash_attention_backward_dkdv_kernel<HS, t.warps, t.mt, BR, t.min_blocks,
                                                        t.a_in_regs, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
     kernel<<<dim3((T + BC - 1) / BC, B * NH), t.warps * 32, smem, ctx.stream>>>(
-        dqkv, qkv, dout, lse, D, T, NH, scale, scale_log2);
+        dqkv, qkv, dout, lse, D, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
 }
 
@@ -927,12 +1043,21 @@ void with_head_size(const char* op, int HS, F f) {
     }
 }
 
-}  // namespace
-
-size_t flash_attention_scratch_bytes(int B, int T, int NH) {
-    const size_t bytes = (size_t)B * NH * T * sizeof(float);
+// D, then the bias partials of the dq pass (rows_max, C) and of the dk/dv pass (rows_max, 2C).
+size_t aligned_bytes(size_t bytes) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
 }
+size_t bias_part_rows_max(int B, int T) {
+    return (size_t)B * ((T + kBiasMinRows - 1) / kBiasMinRows);
+}
+
+}  // namespace
+
+size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
+    return aligned_bytes((size_t)B * NH * T * sizeof(float)) +
+           aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
+}
+
 
 int flash_attention_variants(FlashPass pass) {
     switch (pass) {
@@ -975,7 +1100,7 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
-                              int NH, int HS, int dq_variant, int dkdv_variant) {
+                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
@@ -983,13 +1108,33 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
                    dkdv_variant < kDkdvVariants,
                "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
     float* D = static_cast<float*>(scratch);
+    const int C = NH * HS;
+    float* part_q = nullptr;
+    float* part_kv = nullptr;
+    if (dbias != nullptr) {
+        part_q = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
+                                          aligned_bytes((size_t)B * NH * T * sizeof(float)));
+        part_kv = part_q + bias_part_rows_max(B, T) * C;
+    }
+    int rows_q = 0, rows_kv = 0;  // partial rows written: B * (blocks along T) of each pass
     with_head_size("flash_attention_backward", HS, [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         with_variant<kDqVariants>(dq_variant, [&](auto v) {
-            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, B, T, NH);
+            constexpr Tiles t = dq_tiles(decltype(v)::value, kHS);
+            rows_q = B * ((T + 16 * t.mt * t.warps - 1) / (16 * t.mt * t.warps));
+            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, part_q, B,
+                                                    T, NH);
         });
         with_variant<kDkdvVariants>(dkdv_variant, [&](auto v) {
-            backward_dkdv_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, lse, B, T, NH);
+            constexpr Tiles t = dkdv_tiles(decltype(v)::value, kHS);
+            rows_kv = B * ((T + 16 * t.mt * t.warps - 1) / (16 * t.mt * t.warps));
+            backward_dkdv_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, lse, part_kv, B, T,
+                                                      NH);
         });
     });
+    if (dbias != nullptr) {
+        qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
+            dbias, part_q, rows_q, part_kv, rows_kv, C);
+        CUDA_CHECK_LAST();
+    }
 }

@@ -6,6 +6,9 @@
 //                             lse (B, NH, T) float = log sum_s exp(score_ts) (overwritten).
 //   flash_attention_backward: dqkv (B, T, 3C) bf16 OVERWRITTEN with dq, dk, dv, from dout, qkv,
 //                             out and lse; `scratch` holds D_t = dout_t . out_t per (b, h, t).
+//                             With dbias (3C) != null also dbias += column sums of dqkv over
+//                             the B*T rows (the qkv bias gradient), summed in float from the
+//                             kernels' accumulators (before dqkv is rounded to bf16).
 // No T x T matrix is ever stored. Deterministic: no atomics, every sum in a fixed order.
 // Preconditions: HS a multiple of 16 up to 128, T >= 1, pointers 16-byte aligned, scratch of
 // flash_attention_scratch_bytes(). Pointers are bf16 in both builds (the fp32 build compiles
@@ -17,8 +20,9 @@
 
 #include "context.cuh"
 
-// Bytes of scratch the backward needs: B*NH*T floats (D), rounded up to 256 bytes.
-size_t flash_attention_scratch_bytes(int B, int T, int NH);
+// Bytes of scratch the backward needs: B*NH*T floats (D) and B*ceil(T/64)*3C floats (the bias
+// partials), each rounded up to 256 bytes.
+size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 
 // Tile-shape variants of each pass, kept compiled so that dev/bench_attention can time them in
 // one run and dev/test_flash_attention can check each one; variant 0, the default, is the
@@ -34,4 +38,5 @@ void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
 void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
-                              int HS, int dq_variant = 0, int dkdv_variant = 0);
+                              int HS, int dq_variant = 0, int dkdv_variant = 0,
+                              __nv_bfloat16* dbias = nullptr);

@@ -395,19 +395,16 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         // fcproj weight gradient below reads.
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
-        const bool fc_bias_in_epilogue = dgelu_bgrad_enabled();
         matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
                         /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
                         a.dresidual, a.fch_gelu.at(l),
-                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l),
-                        fc_bias_in_epilogue ? g[kFcb] + layer_slice(lay, kFcb, l, L) : nullptr);
+                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l));
         if (recompute >= 2) {
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
         matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
-                        fc_bias_in_epilogue ? nullptr : g[kFcb] + layer_slice(lay, kFcb, l, L),
-                        a.dbias_scratch, a.dfch,
+                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch,
                         a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
@@ -418,14 +415,16 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                         /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
                         a.dresidual, a.atty.at(l), p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                         N, C, C);
-        attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
-                           a.att_lse + (size_t)l * NH * N, B, T, C, NH);
+        floatX* dqkvb = g[kQkvb] + layer_slice(lay, kQkvb, l, L);
+        const bool qkv_bias_done =
+            attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
+                               a.att_lse + (size_t)l * NH * N, B, T, C, NH, dqkvb);
         if (recompute >= 2) {
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
                               p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
         }
         matmul_backward(ctx, a.dln, g[kQkvw] + layer_slice(lay, kQkvw, l, L),
-                        g[kQkvb] + layer_slice(lay, kQkvb, l, L), a.dbias_scratch, a.dqkv,
+                        qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv,
                         a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,

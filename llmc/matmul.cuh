@@ -40,11 +40,7 @@ void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, con
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr,
-                     floatX* dgelu_dbias = nullptr);
-// Experiment (LLMC_DGELU_BGRAD=1 in the environment): the fc bias gradient from cuBLASLt's
-// DGELU_BGRAD epilogue of the fcproj backward (dgelu_dbias += column sums of the DGELU output).
-bool dgelu_bgrad_enabled();
+                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr);
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,
