@@ -272,22 +272,74 @@ __device__ __forceinline__ void mma_pv(float (&acc)[MT][HS / 8][4], const float 
     }
 }
 
-// Stores a warp's 16 x HS fp32 fragments as bf16 into a tensor with row stride ld: this
-// thread's rows r and r + 8 (times mul0 and mul1); rows >= T are skipped.
+// Epilogues stage a block's float accumulator tiles in shared memory (rows padded to HS + 8
+// floats against bank conflicts), then write them out as bf16 rows by 16-byte stores
+// (store_staged_rows) and, for the qkv bias partials, add them up by column in row order
+// (sum_staged_columns). Storing straight from the fragments took scattered 4-byte stores, and in
+// the dK/dV kernel left no registers for the column sums (it spilled). A tile of ROWS rows
+// (ROWS * (HS + 8) floats) fits in the shared memory of two of the kernel's bf16 tiles of ROWS
+// rows, which it reuses (asserted at each launch): the caller puts a barrier before the staging
+// (every warp done with its tiles) and one after it.
 template <int HS>
-__device__ __forceinline__ void store_rows(bf16* g, int ld, const float (&acc)[HS / 8][4],
-                                           float mul0, float mul1, int r, int T, int lane) {
+constexpr int kStagedLd = smem_stride<HS>();
+
+// One m-tile of 16 rows (mma m16n8 fragments: this thread has columns n*8 + 2*(lane % 4) +
+// {0, 1} of rows lane / 4 and lane / 4 + 8), rows lane / 4 times mul_lo and lane / 4 + 8 times
+// mul_hi; `rows` points at the tile row of this thread's first row.
+template <int HS>
+__device__ __forceinline__ void stage_mtile(float* rows, const float (&acc)[HS / 8][4],
+                                            float mul_lo, float mul_hi, int lane) {
+    constexpr int LD = kStagedLd<HS>;
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) {
-        const int col = n * 8 + 2 * (lane % 4);
-        if (r < T) {
-            *reinterpret_cast<uint32_t*>(g + (long long)r * ld + col) =
-                pack_bf16(acc[n][0] * mul0, acc[n][1] * mul0);
+        const int c = n * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(rows + c) = make_float2(acc[n][0] * mul_lo, acc[n][1] * mul_lo);
+        *reinterpret_cast<float2*>(rows + 8 * LD + c) =
+            make_float2(acc[n][2] * mul_hi, acc[n][3] * mul_hi);
+    }
+}
+
+// Every warp's 16*MT rows of one accumulator, times mul.
+template <int HS, int WARPS, int MT>
+__device__ __forceinline__ void stage_tile(float* tile, const float (&acc)[MT][HS / 8][4],
+                                           float mul, int warp, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        stage_mtile<HS>(tile + (warp * 16 * MT + mt * 16 + lane / 4) * kStagedLd<HS>, acc[mt], mul,
+                        mul, lane);
+    }
+}
+
+// Row r < ROWS of staged tile a < NA, where r0 + r < T -> row r0 + r of g + a * part (row
+// stride ld), as bf16.
+template <int HS, int ROWS, int THREADS, int NA = 1>
+__device__ __forceinline__ void store_staged_rows(bf16* g, long long ld, const float* tile, int r0,
+                                                  int T, int part = 0) {
+    constexpr int LD = kStagedLd<HS>, CHUNKS = HS / 8;
+    for (int i = threadIdx.x; i < NA * ROWS * CHUNKS; i += THREADS) {
+        const int a = i / (ROWS * CHUNKS), r = (i / CHUNKS) % ROWS, c = (i % CHUNKS) * 8;
+        if (r0 + r < T) {
+            const float* src = tile + (a * ROWS + r) * LD + c;
+            const float4 lo = *reinterpret_cast<const float4*>(src);
+            const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+            *reinterpret_cast<uint4*>(g + a * part + (long long)(r0 + r) * ld + c) =
+                make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
+                           pack_bf16(hi.z, hi.w));
         }
-        if (r + 8 < T) {
-            *reinterpret_cast<uint32_t*>(g + (long long)(r + 8) * ld + col) =
-                pack_bf16(acc[n][2] * mul1, acc[n][3] * mul1);
-        }
+    }
+}
+
+// dst[a][c] = sum over the ROWS rows (in order) of column c of staged tile a, for a < NA.
+template <int HS, int ROWS, int THREADS, int NA>
+__device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], const float* tile) {
+    constexpr int LD = kStagedLd<HS>;
+    for (int i = threadIdx.x; i < NA * HS; i += THREADS) {
+        const int a = i / HS, c = i % HS;
+        const float* t = tile + a * ROWS * LD + c;
+        float total = 0.0f;
+#pragma unroll 8
+        for (int r = 0; r < ROWS; r++) total += t[r * LD];
+        dst[a][c] = total;
     }
 }
 
@@ -419,6 +471,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
         }
     }
 
+    float* tile = reinterpret_cast<float*>(smem_raw);  // the epilogue's staged O (BR rows)
+    __syncthreads();
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         float inv[2];
@@ -429,13 +483,15 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             inv[i] = 1.0f / l[mt][i];
         }
         const int r = row_lo + mt * 16;
-        store_rows<HS>(out + (long long)b * T * C + h * HS, C, o[mt], inv[0], inv[1], r, T, lane);
+        stage_mtile<HS>(tile + (r - q0) * kStagedLd<HS>, o[mt], inv[0], inv[1], lane);
         if (lane % 4 == 0) {
             float* lse_bh = lse + (long long)blockIdx.y * T;
             if (r < T) lse_bh[r] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
             if (r + 8 < T) lse_bh[r + 8] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
         }
     }
+    __syncthreads();
+    store_staged_rows<HS, BR, THREADS>(out + (long long)b * T * C + h * HS, C, tile, q0, T);
 }
 
 // ---- Backward ---------------------------------------------------------------------------------
@@ -447,49 +503,6 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // B=64 on an H100). Every pass's block covers at least kBiasMinRows rows (asserted at launch),
 // so B * ceil(T / kBiasMinRows) partial rows per part fit the scratch.
 constexpr int kBiasMinRows = 64;
-
-// Column sums of a block's accumulator tiles for the bias partials, staged in shared memory
-// (reduced by shuffles instead, they cost the dK/dV kernel registers it does not have at 3
-// blocks per SM). stage_tile writes one tile, times mul, as float: each warp's 16*MT rows in mma
-// m16n8 fragments (this thread has columns n*8 + 2*(lane % 4) + {0, 1} of rows lane / 4 and
-// lane / 4 + 8 of each m-tile), rows padded to HS + 8 floats against bank conflicts. NA tiles
-// (NA * rows * (HS + 8) floats) fit in the shared memory of the block's row tiles (at least
-// 2 * rows * (HS + 8) bf16 per tile), which they reuse: the caller puts a barrier before the
-// staging (every warp done with the tiles) and one after it, then sum_staged_columns adds each
-// column over the rows in order into dst[a][0, HS).
-template <int HS>
-constexpr int kStagedLd = smem_stride<HS>();
-
-template <int HS, int WARPS, int MT>
-__device__ __forceinline__ void stage_tile(float* tile, const float (&acc)[MT][HS / 8][4],
-                                           float mul, int warp, int lane) {
-    constexpr int LD = kStagedLd<HS>;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float* t = tile + (warp * 16 * MT + mt * 16 + lane / 4) * LD;
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            const int c = n * 8 + 2 * (lane % 4);
-            *reinterpret_cast<float2*>(t + c) =
-                make_float2(acc[mt][n][0] * mul, acc[mt][n][1] * mul);
-            *reinterpret_cast<float2*>(t + 8 * LD + c) =
-                make_float2(acc[mt][n][2] * mul, acc[mt][n][3] * mul);
-        }
-    }
-}
-
-template <int HS, int WARPS, int MT, int NA>
-__device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], const float* tile) {
-    constexpr int ROWS = 16 * MT * WARPS, LD = kStagedLd<HS>;
-    for (int i = threadIdx.x; i < NA * HS; i += WARPS * 32) {
-        const int a = i / HS, c = i % HS;
-        const float* t = tile + a * ROWS * LD + c;
-        float total = 0.0f;
-#pragma unroll 8
-        for (int r = 0; r < ROWS; r++) total += t[r * LD];
-        dst[a][c] = total;
-    }
-}
 
 // dbias (3C) += column sums of the partial rows: the q columns c < C from part_q (rows_q, C), the
 // k and v columns from part_kv (rows_kv, 2C). Block: 32 columns x kBiasGroups groups; group y adds
@@ -673,19 +686,16 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             mma_pv<HS, MT, NT>(dq, dp, kt, lane);
         }
     }
-    bf16* dq_g = dqkv + (long long)b * T * C3 + h * HS;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        store_rows<HS>(dq_g, C3, dq[mt], scale, scale, row_lo + 16 * mt, T, lane);
-    }
-    // Rows >= T hold 0 (their lse is +inf, so P = 0): they add nothing to the column sums.
+    // Epilogue: dq (times scale) staged, stored, and with bias_part summed by column (rows >= T
+    // hold 0: their lse is +inf, so P = 0).
+    float* tile = reinterpret_cast<float*>(smem_raw);  // [BR][LD]
+    __syncthreads();
+    stage_tile<HS, WARPS, MT>(tile, dq, scale, warp, lane);
+    __syncthreads();
+    store_staged_rows<HS, BR, THREADS>(dqkv + (long long)b * T * C3 + h * HS, C3, tile, q0, T);
     if (bias_part != nullptr) {
-        float* tile = reinterpret_cast<float*>(smem_raw);
-        __syncthreads();
-        stage_tile<HS, WARPS, MT>(tile, dq, scale, warp, lane);
-        __syncthreads();
         float* const dst[1] = {bias_part + ((long long)b * gridDim.x + qb) * C + h * HS};
-        sum_staged_columns<HS, WARPS, MT, 1>(dst, tile);
+        sum_staged_columns<HS, BR, THREADS, 1>(dst, tile);
     }
 }
 
@@ -825,32 +835,19 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
         }
     }
 
-    // Epilogue: dk (times scale) and dv staged in shared memory as float, written out as bf16
-    // rows by 16-byte stores and, with bias_part, summed by column for the bias partials (keys
-    // >= T hold 0: masked for every query < T, and queries >= T have dO = 0 and D = 0). Storing
-    // straight from the fragments instead left no registers for the column sums at 3 blocks per
-    // SM (it spilled).
-    constexpr int LD = kStagedLd<HS>, CHUNKS = HS / 8;
+    // Epilogue: dk (times scale) and dv staged, stored, and with bias_part summed by column
+    // (keys >= T hold 0: masked for every query < T, and queries >= T have dO = 0 and D = 0).
     float* tile = reinterpret_cast<float*>(smem_raw);  // [2][BC][LD]: dk, dv
     __syncthreads();
     stage_tile<HS, WARPS, MT>(tile, dk, scale, warp, lane);
-    stage_tile<HS, WARPS, MT>(tile + BC * LD, dv, 1.0f, warp, lane);
+    stage_tile<HS, WARPS, MT>(tile + BC * kStagedLd<HS>, dv, 1.0f, warp, lane);
     __syncthreads();
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
-    for (int i = threadIdx.x; i < 2 * BC * CHUNKS; i += THREADS) {
-        const int a = i / (BC * CHUNKS), r = (i / CHUNKS) % BC, c = (i % CHUNKS) * 8;
-        if (k0 + r < T) {
-            const float4 lo = *reinterpret_cast<const float4*>(tile + (a * BC + r) * LD + c);
-            const float4 hi = *reinterpret_cast<const float4*>(tile + (a * BC + r) * LD + c + 4);
-            const uint4 packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w),
-                                            pack_bf16(hi.x, hi.y), pack_bf16(hi.z, hi.w));
-            *reinterpret_cast<uint4*>(dk_g + a * C + (long long)(k0 + r) * C3 + c) = packed;
-        }
-    }
+    store_staged_rows<HS, BC, THREADS, 2>(dk_g, C3, tile, k0, T, C);
     if (bias_part != nullptr) {
         float* row = bias_part + ((long long)b * gridDim.x + kb) * 2 * C + h * HS;
         float* const dst[2] = {row, row + C};
-        sum_staged_columns<HS, WARPS, MT, 2>(dst, tile);
+        sum_staged_columns<HS, BC, THREADS, 2>(dst, tile);
     }
 }
 
@@ -942,6 +939,8 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
     constexpr Tiles t = forward_tiles(V, HS);
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
     constexpr size_t smem = (size_t)(BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    static_assert(BR * kStagedLd<HS> * sizeof(float) <= smem,
+                  "the epilogue stages O as float in the kernel's shared memory");
     auto kernel =
         flash_attention_forward_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.a_in_regs, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
@@ -961,7 +960,7 @@ void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, 
     static_assert(BR >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 rows");
     constexpr size_t smem = (size_t)(2 * BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
     static_assert(BR * kStagedLd<HS> * sizeof(float) <= smem,
-                  "the bias column sums stage dq as float in the kernel's shared memory");
+                  "the epilogue stages dq as float in the kernel's shared memory");
     auto kernel = flash_attention_backward_dq_kernel<HS, t.warps, t.mt, BC, t.min_blocks, t.stages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
