@@ -284,11 +284,11 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias, bool side) {
+                        int NH, floatX* dbias) {
     NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
     flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH, 0, 0,
-                             dbias, side);
+                             dbias);
     return dbias != nullptr;
 }
 
@@ -306,7 +306,7 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* /*dbias: left to the caller*/, bool /*side*/) {
+                        int NH, floatX* /*dbias: left to the caller*/) {
     NvtxRange range("attention_backward");
     attention_backward_cublas(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     return false;

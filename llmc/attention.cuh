@@ -8,8 +8,7 @@
 //   attention_backward: dqkv (B, T, 3C) OVERWRITTEN with dL/dqkv, from dout, qkv, out and lse.
 //                       Given dbias (3C), the bf16 build also adds the qkv bias gradient (column
 //                       sums of dqkv) into it and returns true; the fp32 build returns false
-//                       and leaves it to the caller (matmul_backward). With side, the bf16
-//                       build finishes that sum on ctx.side_stream (context.cuh).
+//                       and leaves it to the caller (matmul_backward).
 // `scratch` is a buffer shared by all layers (attention_scratch_bytes). The bf16 build runs the
 // fused flash kernels (flash_attention.cuh): scratch is D = dout . out (B*NH*T floats) and the
 // bias partials, and
@@ -26,7 +25,7 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias = nullptr, bool side = false);
+                        int NH, floatX* dbias = nullptr);
 
 // The cuBLASLt path in either build (the fp32 build's attention_*; the benchmark compares it
 // with flash in the bf16 build). Its scratch holds two T x T score areas per (b, h).

@@ -18,9 +18,6 @@ void context_init(Context* ctx, int device, bool tf32) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&ctx->side_fork_event, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&ctx->side_join_event, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
     CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
@@ -30,18 +27,5 @@ Context::~Context() {
     matmul_plans_destroy(*this);
     if (lt_workspace) cudaFree(lt_workspace);
     if (lt) cublasLtDestroy(lt);
-    if (side_join_event) cudaEventDestroy(side_join_event);
-    if (side_fork_event) cudaEventDestroy(side_fork_event);
-    if (side_stream) cudaStreamDestroy(side_stream);
     if (stream) cudaStreamDestroy(stream);
-}
-
-void side_fork(const Context& ctx) {
-    CUDA_CHECK(cudaEventRecord(ctx.side_fork_event, ctx.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx.side_stream, ctx.side_fork_event, 0));
-}
-
-void side_join(const Context& ctx) {
-    CUDA_CHECK(cudaEventRecord(ctx.side_join_event, ctx.side_stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, ctx.side_join_event, 0));
 }

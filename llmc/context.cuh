@@ -1,15 +1,8 @@
 // context.cuh: the state every launcher takes first, instead of globals.
 //
-// A Context owns the device properties, the non-default stream all work runs on, the
+// A Context owns the device properties, the one non-default stream all work runs on, the
 // cuBLASLt handle and its workspace, and the cache of matmul plans (descriptors and the chosen
 // algorithm per shape, built once and reused, also inside CUDA graph capture).
-// It also owns a side stream for work off the critical path (the small reductions that finish
-// weight and bias gradients nothing else in the step reads until the optimizer): side_fork()
-// makes the side stream wait for everything issued so far on `stream`, launches that pass
-// ctx.side_stream then overlap the main stream's next kernels (GEMMs that leave SMs idle in
-// their last wave), and side_join() makes `stream` wait for everything issued on the side
-// stream. Launchers only use it when their caller asks (a `side` argument); the caller joins
-// before anything reads those results or reuses their scratch, and before a graph capture ends.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -39,8 +32,6 @@ struct Context {
     int device = 0;
     cudaDeviceProp props{};
     cudaStream_t stream = nullptr;
-    cudaStream_t side_stream = nullptr;
-    cudaEvent_t side_fork_event = nullptr, side_join_event = nullptr;
     cublasLtHandle_t lt = nullptr;
     void* lt_workspace = nullptr;  // cuBLASLt workspace (device)
     size_t lt_workspace_bytes = 0;
@@ -63,11 +54,6 @@ void matmul_plans_destroy(const Context& ctx);
 
 // Selects `device`, creates the stream, the cuBLASLt handle and a 32 MiB workspace.
 void context_init(Context* ctx, int device, bool tf32);
-
-// The side stream waits for everything issued so far on ctx.stream / ctx.stream waits for
-// everything issued so far on the side stream (both also inside CUDA graph capture).
-void side_fork(const Context& ctx);
-void side_join(const Context& ctx);
 
 // Number of streaming multiprocessors (for sizing persistent grids).
 inline int ctx_num_sms(const Context& ctx) { return ctx.props.multiProcessorCount; }

@@ -1099,8 +1099,7 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
-                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias,
-                              bool bias_side) {
+                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
@@ -1133,9 +1132,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         });
     });
     if (dbias != nullptr) {
-        if (bias_side) side_fork(ctx);
-        qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0,
-                                 bias_side ? ctx.side_stream : ctx.stream>>>(
+        qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
             dbias, part_q, rows_q, part_kv, rows_kv, C);
         CUDA_CHECK_LAST();
     }

@@ -8,9 +8,7 @@
 //                             out and lse; `scratch` holds D_t = dout_t . out_t per (b, h, t).
 //                             With dbias (3C) != null also dbias += column sums of dqkv over
 //                             the B*T rows (the qkv bias gradient), summed in float from the
-//                             kernels' accumulators (before dqkv is rounded to bf16); with
-//                             bias_side the last step of that sum runs on ctx.side_stream
-//                             (context.cuh: the caller joins before reading dbias).
+//                             kernels' accumulators (before dqkv is rounded to bf16).
 // No T x T matrix is ever stored. Deterministic: no atomics, every sum in a fixed order.
 // Preconditions: HS a multiple of 16 up to 128, T >= 1, pointers 16-byte aligned, scratch of
 // flash_attention_scratch_bytes(). Pointers are bf16 in both builds (the fp32 build compiles
@@ -41,4 +39,4 @@ void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scr
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                               int HS, int dq_variant = 0, int dkdv_variant = 0,
-                              __nv_bfloat16* dbias = nullptr, bool bias_side = false);
+                              __nv_bfloat16* dbias = nullptr);

@@ -377,21 +377,13 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     // The projections that add to the residual stream (attproj, fcproj) take their bias
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
-    // Side stream (context.cuh): the reductions that only finish weight and bias gradients (the
-    // layernorm backward's second kernel, the fc and qkv bias sums) run there, overlapping the
-    // GEMMs that follow. Joined before each layernorm backward (the next writer of ln_scratch,
-    // and by then of dbias_scratch, att_scratch and dfch), before a gradient group goes to the
-    // other GPUs, and at the end.
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
                        a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C,
-                       g[kFcprojb] + layer_slice(lay, kFcprojb, L - 1, L), /*side=*/true);
+                       g[kFcprojb] + layer_slice(lay, kFcprojb, L - 1, L));
     // Multi-GPU: each gradient group is reduced as soon as it is final (groups: shard_map.h).
     // Layer l's fcproj bias gradient is final before layer l's group: it comes from the
     // layernorm backward above (l = L - 1) or from layer l + 1's ln1 backward.
-    if (m->reduce_grads) {
-        side_join(ctx);
-        multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
-    }
+    if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
@@ -411,19 +403,13 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
-        floatX* dfcb = g[kFcb] + layer_slice(lay, kFcb, l, L);
-        const bool fc_bias_side = matmul_bias_backward_supported(a.dfch, 4 * C);
-        if (fc_bias_side) {
-            matmul_bias_backward(ctx, dfcb, a.dbias_scratch, a.dfch, N, 4 * C, /*side=*/true);
-        }
         matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
-                        fc_bias_side ? nullptr : dfcb, a.dbias_scratch, a.dfch, a.ln2.at(l),
-                        p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
-        side_join(ctx);
+                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch,
+                        a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
                            a.ln2_rstd + (size_t)l * N, N, C,
-                           g[kAttprojb] + layer_slice(lay, kAttprojb, l, L), /*side=*/true);
+                           g[kAttprojb] + layer_slice(lay, kAttprojb, l, L));
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
         matmul_backward(ctx, a.datty, g[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                         /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
@@ -432,7 +418,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         floatX* dqkvb = g[kQkvb] + layer_slice(lay, kQkvb, l, L);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
-                               a.att_lse + (size_t)l * NH * N, B, T, C, NH, dqkvb, /*side=*/true);
+                               a.att_lse + (size_t)l * NH * N, B, T, C, NH, dqkvb);
         if (recompute >= 2) {
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
                               p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
@@ -440,19 +426,13 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         matmul_backward(ctx, a.dln, g[kQkvw] + layer_slice(lay, kQkvw, l, L),
                         qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv,
                         a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
-        side_join(ctx);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
                            a.ln1_rstd + (size_t)l * N, N, C,
-                           l > 0 ? g[kFcprojb] + layer_slice(lay, kFcprojb, l - 1, L) : nullptr,
-                           /*side=*/true);
-        if (m->reduce_grads) {
-            side_join(ctx);
-            multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
-        }
+                           l > 0 ? g[kFcprojb] + layer_slice(lay, kFcprojb, l - 1, L) : nullptr);
+        if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
     }
     encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
-    side_join(ctx);
     if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L + 1);
 }
 

@@ -568,8 +568,7 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
 
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
-                        const float* mean, const float* rstd, int N, int C, floatX* dres_bias,
-                        bool side) {
+                        const float* mean, const float* rstd, int N, int C, floatX* dres_bias) {
     NvtxRange range("layernorm_backward");
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC,
                "layernorm_backward: bad shape N=%d C=%d (C must be at most %d)", N, C, kMaxC);
@@ -603,9 +602,8 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     CUDA_CHECK_LAST();
     const int sums = dres_bias != nullptr ? 3 : 2;
     const int reduce_blocks = (sums * C + kReduceCols - 1) / kReduceCols;
-    if (side) side_fork(ctx);
     layernorm_param_grads_reduce_kernel<<<reduce_blocks, dim3(kReduceCols, kReduceGroups), 0,
-                                          side ? ctx.side_stream : ctx.stream>>>(
-        dweight, dbias, dres_bias, partials, shape.blocks, C, sums);
+                                          ctx.stream>>>(dweight, dbias, dres_bias, partials,
+                                                        shape.blocks, C, sums);
     CUDA_CHECK_LAST();
 }

@@ -8,10 +8,7 @@
 //                       GPT-2 dinp is the gradient of the residual stream, which is the output
 //                       gradient of the projection that added to it, so this is that
 //                       projection's bias gradient, summed here while dinp is in registers
-//                       instead of read again by the matmul backward. With side, the
-//                       final reduction of dweight, dbias, dres_bias (a second kernel) runs
-//                       on ctx.side_stream (context.cuh): the caller joins before reading
-//                       them or reusing `scratch`; dinp is final on ctx.stream either way.
+//                       instead of read again by the matmul backward.
 // Statistics and sums are in float whatever floatX is.
 #pragma once
 #include "context.cuh"
@@ -30,4 +27,4 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
                         const float* mean, const float* rstd, int N, int C,
-                        floatX* dres_bias = nullptr, bool side = false);
+                        floatX* dres_bias = nullptr);

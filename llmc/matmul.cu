@@ -303,12 +303,12 @@ bool bias_backward_vectorized(const floatX* dout, int OC) {
 }
 
 void bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout, int N,
-                   int OC, cudaStream_t stream) {
+                   int OC) {
     const dim3 grid((OC + kBiasStrip - 1) / kBiasStrip, kBiasRowBlocks);
-    bias_backward_partial_kernel<<<grid, kBiasWarps * kWarpSize, 0, stream>>>(scratch, dout, N,
-                                                                              OC);
+    bias_backward_partial_kernel<<<grid, kBiasWarps * kWarpSize, 0, ctx.stream>>>(scratch, dout, N,
+                                                                                  OC);
     CUDA_CHECK_LAST();
-    bias_backward_reduce_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, scratch, OC);
+    bias_backward_reduce_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias, scratch, OC);
     CUDA_CHECK_LAST();
 }
 
@@ -316,18 +316,13 @@ void bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floa
 
 size_t matmul_bias_scratch_floats(int OC) { return (size_t)kBiasRowBlocks * OC; }
 
-bool matmul_bias_backward_supported(const floatX* dout, int OC) {
-    return OC > 0 && bias_backward_vectorized(dout, OC);
-}
-
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
-                          int N, int OC, bool side) {
+                          int N, int OC) {
     LLMC_CHECK(N > 0 && OC > 0 && bias_backward_vectorized(dout, OC),
                "matmul_bias_backward: needs N, OC > 0, OC a multiple of %d and 16-byte aligned "
                "dout (N=%d OC=%d)",
                kVecX, N, OC);
-    if (side) side_fork(ctx);
-    bias_backward(ctx, dbias, scratch, dout, N, OC, side ? ctx.side_stream : ctx.stream);
+    bias_backward(ctx, dbias, scratch, dout, N, OC);
 }
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
@@ -388,7 +383,7 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     }
     lt_matmul(ctx, w);
     if (own_bias_kernel) {
-        bias_backward(ctx, dbias, dbias_scratch, dout, N, OC, ctx.stream);
+        bias_backward(ctx, dbias, dbias_scratch, dout, N, OC);
     } else if (dbias != nullptr) {
         bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(
             dbias, reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);

@@ -34,12 +34,9 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
 // Floats of dbias_scratch matmul_backward needs for a bias gradient of OC values.
 size_t matmul_bias_scratch_floats(int OC);
 // The bias-gradient part alone: dbias (OC) += column sums of dout (N, OC) through `scratch`
-// (matmul_bias_backward_supported: OC a multiple of 16 bytes' worth of floatX, dout 16-byte
-// aligned). With side, on ctx.side_stream (context.cuh): the caller joins before reading dbias
-// or reusing scratch.
-bool matmul_bias_backward_supported(const floatX* dout, int OC);
+// (OC a multiple of 16 bytes' worth of floatX, dout 16-byte aligned; benchmarks and tests).
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
-                          int N, int OC, bool side = false);
+                          int N, int OC);
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
