@@ -21,8 +21,8 @@
 #   5. a resume with another batch shape is refused with one sentence.
 #   6. non-finite steps: a model whose final layernorm weights are NaN stops after
 #      --max-bad-steps 3 with exit 1 and writes no checkpoint.
-#   7. --skip-outliers 0.5 on a shard whose every 4th batch is one repeated token: some steps after
-#      the 20th are skipped, each leaves every array of its checkpoint equal to the previous
+#   7. --skip-outliers 1 on a shard whose every 4th batch is one repeated (unseen) token: some
+#      steps after the 20th are skipped, each leaves every array of its checkpoint equal to the previous
 #      step's; a stop at 35 and resume repeats every decision.
 # Prints PASS or FAIL per check and exits 1 if any failed.
 set -uo pipefail
@@ -255,11 +255,13 @@ verdict "NaN weights: stop after 3 bad steps, exit $rc, $n_ckpt checkpoints, $n_
 
 # --- 7. outlier steps (--skip-outliers) --------------------------------------------------------
 # On random tokens the gradient norm only drifts down, so nothing is an outlier: this run reads a
-# shard in which every 4th batch is one token repeated (its gradient adds up coherently, a norm
-# well above the others). With z = 0.5 those steps are skipped after the first 20; checkpoints
-# every step show that a skipped step leaves parameters, moments and master weights as they
-# were, and a stop/resume across skipped steps (the statistics live in the checkpoint) makes the
-# same decisions.
+# shard in which every 4th batch is one token repeated, a different token each time (a token
+# the model has not learned yet: its gradient adds up coherently, a norm well above the
+# others'; one repeated token for all of them was learned within the first 20 steps and did
+# not spike). The statistics follow the recent steps (--outlier-window 10) and z = 1: steps are
+# skipped after the first 20; checkpoints every step show that a skipped step leaves
+# parameters, moments and master weights as they were, and a stop/resume across skipped steps
+# (the statistics live in the checkpoint) makes the same decisions.
 "$PY" - "$WORK/odata" <<'EOF'
 import os, sys
 import numpy as np
@@ -269,14 +271,14 @@ rng = np.random.RandomState(11)
 n = 24 * 512 + 1  # 24 batches of 4 x 128 (+1 for the last target)
 tok = rng.randint(0, 50257, size=n)
 for b in range(3, 24, 4):
-    tok[b * 512:(b + 1) * 512 + 1] = 464
+    tok[b * 512:(b + 1) * 512 + 1] = 1000 + 97 * b
 header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
 with open(f"{out}/spiky_train_000000.bin", "wb") as f:
     f.write(header.tobytes()); f.write(tok.astype("<u2").tobytes())
 EOF
 OUTL=(-i "$WORK/odata/spiky_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
       -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --autotune 0 -s 1234
-      --skip-outliers 0.5 --max-bad-steps 0)
+      --skip-outliers 1 --outlier-window 10 --max-bad-steps 0)
 "$BIN" "${OUTL[@]}" -o "$WORK/outl" --checkpoint-every 1 --keep-last 100 >"$WORK/outl.log" 2>&1
 rc=$?
 out=$("$PY" - "$WORK/outl" <<'EOF'
@@ -302,7 +304,7 @@ EOF
 ok=$?
 [ $rc = 0 ] && [ $ok = 0 ]
 st=$?  # before the message: a command substitution in it would reset $?
-verdict "--skip-outliers 0.5: $(tr '\n' ' ' <<<"$out")" $st "(exit $rc, see $WORK/outl.log)"
+verdict "--skip-outliers 1: $(tr '\n' ' ' <<<"$out")" $st "(exit $rc, see $WORK/outl.log)"
 "$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --stop-after 35 >"$WORK/outl_split1.log" 2>&1 &&
     "$BIN" "${OUTL[@]}" -o "$WORK/outl_split" --resume >"$WORK/outl_split2.log" 2>&1
 rc=$?
