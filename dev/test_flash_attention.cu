@@ -16,8 +16,9 @@
 // way against the column sums of the reference and of the plain pipeline (see test_variants).
 // The first run starts from NaN-filled outputs and scratch; a second run, without the bias
 // gradient, must reproduce every output bit for bit (determinism, and dqkv does not depend on
-// whether the bias is asked for), and a third the bias gradient. Every shape runs the default tile-shape variants, then each
-// other variant of one pass with the others at default (flash_attention_variants).
+// whether the bias is asked for), and a third the bias gradient. Every shape runs the default
+// tile-shape variants, then each other variant of one pass with the others at default
+// (flash_attention_variants).
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>

@@ -705,14 +705,14 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // dK += dS^T Q. KEEP_KV keeps the warp's K and V fragments in registers (else they are read
 // from shared memory per k-step).
 template <int HS, int WARPS, int MT, int BR, int MIN_BLOCKS, bool KEEP_KV, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
-    flash_attention_backward_dkdv_kernel(bf16* __restrict__ dqkv,        // (B, T, 3C)
-                                         const bf16* __restrict__ qkv,   // (B, T, 3C)
-                                         const bf16* __restrict__ dout,  // (B, T, C)
-                                         const float* __restrict__ lse,  // (B, NH, T)
-                                         const float* __restrict__ D,    // (B, NH, T)
-                                         float* __restrict__ bias_part,  // (B*gridDim.x, 2C) or null
-                                         int T, int NH, float scale, float scale_log2) {
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) flash_attention_backward_dkdv_kernel(
+    bf16* __restrict__ dqkv,        // (B, T, 3C)
+    const bf16* __restrict__ qkv,   // (B, T, 3C)
+    const bf16* __restrict__ dout,  // (B, T, C)
+    const float* __restrict__ lse,  // (B, NH, T)
+    const float* __restrict__ D,    // (B, NH, T)
+    float* __restrict__ bias_part,  // (B*gridDim.x, 2C) or null
+    int T, int NH, float scale, float scale_log2) {
     constexpr int WK = 16 * MT, BC = WK * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BR / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1057,7 +1057,6 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
            aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
 }
 
-
 int flash_attention_variants(FlashPass pass) {
     switch (pass) {
         case FlashPass::kForward:
@@ -1121,8 +1120,8 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         with_variant<kDqVariants>(dq_variant, [&](auto v) {
             constexpr Tiles t = dq_tiles(decltype(v)::value, kHS);
             rows_q = B * ((T + 16 * t.mt * t.warps - 1) / (16 * t.mt * t.warps));
-            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, part_q, B,
-                                                    T, NH);
+            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, part_q, B, T,
+                                                    NH);
         });
         with_variant<kDkdvVariants>(dkdv_variant, [&](auto v) {
             constexpr Tiles t = dkdv_tiles(decltype(v)::value, kHS);

@@ -428,8 +428,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                               p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
         }
         matmul_backward(ctx, a.dln, g[kQkvw] + layer_slice(lay, kQkvw, l, L),
-                        qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv,
-                        a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
+                        qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv, a.ln1.at(l),
+                        p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
                            a.ln1_rstd + (size_t)l * N, N, C,

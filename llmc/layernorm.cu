@@ -301,8 +301,8 @@ __device__ __forceinline__ void add_in_order(float* dst, const float (&acc)[kVec
     static_assert(kVec % 4 == 0, "add_in_order: kVec must be a multiple of 4");
 #pragma unroll
     for (int k = 0; k < kVec; k += 4) {
-        float4 v = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                         : *reinterpret_cast<const float4*>(dst + k);
+        float4 v =
+            first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *reinterpret_cast<const float4*>(dst + k);
         v.x += acc[k];
         v.y += acc[k + 1];
         v.z += acc[k + 2];

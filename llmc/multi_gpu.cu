@@ -2,6 +2,7 @@
 // parameter gather, host-side reductions and checkpoint shard gathering (see multi_gpu.cuh).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -27,9 +28,36 @@ double env_seconds(const char* name, double fallback) {
     return s;
 }
 
+// The watchdog: a thread that ends the process when multi_gpu_wait has been waiting for longer
+// than LLMC_NCCL_TIMEOUT plus kAbortGraceSeconds, i.e. when the wait's own timeout could not act
+// (a call into NCCL or CUDA that blocks on a kernel waiting for a dead peer).
+constexpr int kAbortGraceSeconds = 10;
+
+void watchdog_loop(MultiGpu* d) {
+    using namespace std::chrono;
+    const long long limit_ns = (long long)((d->timeout_s + kAbortGraceSeconds) * 1e9);
+    while (!d->watchdog_stop.load()) {
+        std::this_thread::sleep_for(milliseconds(200));
+        const long long since = d->wait_start_ns.load();
+        const long long now =
+            duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+        if (since != 0 && now - since > limit_ns) {
+            std::fprintf(stderr,
+                         "error: rank %d has waited %.0f s for a step, a collective or the abort "
+                         "after a failed peer (LLMC_NCCL_TIMEOUT %.0f s + %d s): exiting.\n",
+                         d->env.rank, (now - since) / 1e9, d->timeout_s, kAbortGraceSeconds);
+            std::_Exit(1);
+        }
+    }
+}
+
 }  // namespace
 
 MultiGpu::~MultiGpu() {
+    if (watchdog.joinable()) {
+        watchdog_stop.store(true);
+        watchdog.join();
+    }
     if (comm != nullptr) nccl.CommDestroy(comm);
     for (cudaEvent_t e : group_ready) cudaEventDestroy(e);
     if (comm_done) cudaEventDestroy(comm_done);
@@ -73,6 +101,7 @@ void multi_gpu_init(MultiGpu* d, const Context& ctx, const DistEnv& env,
     }
     CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&d->d_scratch, 2 * sizeof(float)));
+    d->watchdog = std::thread(watchdog_loop, d);
     std::printf(
         "multi-GPU        %d processes (%s), rank %d on device %d, NCCL %d from %s, "
         "zero %d\n",
@@ -147,6 +176,13 @@ float multi_gpu_host_reduce(const Context& ctx, MultiGpu* d, float value, NcclRe
 void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
+    // Seen by the watchdog thread; cleared on the way out (a failure exits the process).
+    d->wait_start_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count());
+    struct Clear {
+        MultiGpu* d;
+        ~Clear() { d->wait_start_ns.store(0); }
+    } clear{d};
     Clock::time_point next_check = start;
     while (true) {
         const cudaError_t q = cudaEventQuery(event);
@@ -162,17 +198,26 @@ void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event) {
         NCCL_CHECK(d->nccl, d->nccl.CommGetAsyncError(d->comm, &async));
         const double waited = std::chrono::duration<double>(now - start).count();
         if (async != 0 || waited > d->timeout_s) {
+            // The sentence first, then the abort: with a peer gone, ncclCommAbort (or the CUDA
+            // teardown at exit) can block on a kernel still waiting for it. On 2 H200s a rank
+            // whose peer was killed -9 never printed this sentence when the abort came first,
+            // and hung until killed. The watchdog (multi_gpu_init) ends the process if it blocks.
+            if (async != 0) {
+                std::fprintf(stderr,
+                             "error: rank %d: NCCL reported an error (%s): another rank probably "
+                             "failed; see its output.\n",
+                             d->env.rank, d->nccl.GetErrorString(async));
+            } else {
+                std::fprintf(stderr,
+                             "error: rank %d waited %.0f s for a step or collective that did not "
+                             "finish: another rank probably stopped or failed (see its output), "
+                             "or raise LLMC_NCCL_TIMEOUT.\n",
+                             d->env.rank, waited);
+            }
+            std::fflush(stdout);
             d->nccl.CommAbort(d->comm);
             d->comm = nullptr;
-            if (async != 0)
-                LLMC_FAIL(
-                    "rank %d: NCCL reported an error (%s): another rank probably failed; "
-                    "see its output.",
-                    d->env.rank, d->nccl.GetErrorString(async));
-            LLMC_FAIL(
-                "rank %d waited %.0f s for a step or collective that did not finish: another "
-                "rank probably stopped or failed (see its output), or raise LLMC_NCCL_TIMEOUT.",
-                d->env.rank, waited);
+            std::exit(1);
         }
     }
 }

@@ -17,6 +17,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "context.cuh"
@@ -38,6 +40,11 @@ struct MultiGpu {
     llmc::ShardMap shard;        // this rank's chunks (zero 1)
     float* d_scratch = nullptr;  // 2 floats for host-side reductions
     double timeout_s = 600.0;    // LLMC_NCCL_TIMEOUT: longest wait for a step or collective
+    // The watchdog thread (multi_gpu.cu): when multi_gpu_wait started waiting (steady clock, ns;
+    // 0 when not waiting), and its stop flag.
+    std::atomic<long long> wait_start_ns{0};
+    std::atomic<bool> watchdog_stop{false};
+    std::thread watchdog;
 
     MultiGpu() = default;
     MultiGpu(const MultiGpu&) = delete;
