@@ -91,7 +91,7 @@ echo "NCCL library: ${LLMC_NCCL_LIB:-libnccl.so.2 from the search path of the dy
 # --- the ZeRO-1 kernels on one GPU (dev/test_adamw_sharded.cu) -------------------------------
 KT=build/bf16/dev/test_adamw_sharded
 [ -x "$KT" ] || make -j"$(nproc)" "$KT" >"$W/build_kernel_test.log" 2>&1
-if timeout 120 "$KT" >"$W/test_adamw_sharded.log" 2>&1 && ! grep -q '^SKIP' "$W/test_adamw_sharded.log"; then
+if timeout -k 10 120 "$KT" >"$W/test_adamw_sharded.log" 2>&1 && ! grep -q '^SKIP' "$W/test_adamw_sharded.log"; then
     verdict "kernels: sharded AdamW + norm" PASS "$(tail -n 1 "$W/test_adamw_sharded.log")"
 else
     verdict "kernels: sharded AdamW + norm" FAIL "see $W/test_adamw_sharded.log: $(grep -m1 -E 'FAIL|SKIP|error' "$W/test_adamw_sharded.log")"
@@ -331,7 +331,7 @@ if [ $((SECONDS - T_START)) -gt "$BUDGET" ]; then
     finish
 fi
 SMALL=(-i "$TRAIN" -e d12 -t 1024 -b 8 -x 1000 --autotune 0)
-out=$(LLMC_RANK=1 LLMC_WORLD_SIZE=$((ngpu + 1)) LLMC_LOCAL_RANK=$ngpu timeout 60 "$BIN" "${SMALL[@]}" 2>&1)
+out=$(LLMC_RANK=1 LLMC_WORLD_SIZE=$((ngpu + 1)) LLMC_LOCAL_RANK=$ngpu timeout -k 10 60 "$BIN" "${SMALL[@]}" 2>&1)
 rc=$?
 if [ "$rc" = 1 ] && grep -q "needs GPU $ngpu" <<<"$out"; then
     verdict "f) local rank without a GPU" PASS "$(grep -m1 error <<<"$out")"
@@ -341,10 +341,10 @@ fi
 
 port=$((20000 + RANDOM % 20000))
 LLMC_MASTER_PORT=$port LLMC_RANK=0 LLMC_WORLD_SIZE=2 LLMC_LOCAL_RANK=0 LLMC_BOOTSTRAP_TIMEOUT=60 \
-    timeout 90 "$BIN" "${SMALL[@]}" >"$W/mismatch0.log" 2>&1 &
+    timeout -k 10 90 "$BIN" "${SMALL[@]}" >"$W/mismatch0.log" 2>&1 &
 p0=$!
 LLMC_MASTER_PORT=$port LLMC_RANK=1 LLMC_WORLD_SIZE=2 LLMC_LOCAL_RANK=1 LLMC_BOOTSTRAP_TIMEOUT=60 \
-    timeout 90 "$BIN" "${SMALL[@]}" -b 4 >"$W/mismatch1.log" 2>&1
+    timeout -k 10 90 "$BIN" "${SMALL[@]}" -b 4 >"$W/mismatch1.log" 2>&1
 rc1=$?
 wait "$p0"
 rc0=$?
@@ -355,7 +355,7 @@ else
     verdict "f) ranks with different options" FAIL "exits $rc0/$rc1 (see $W/mismatch*.log)"
 fi
 
-out=$(LLMC_NCCL_LIB=/nonexistent/libnccl.so.2 timeout 60 scripts/launch.sh -n 2 --logs "$W/nolib.ranks" -- "$BIN" "${SMALL[@]}" 2>&1)
+out=$(LLMC_NCCL_LIB=/nonexistent/libnccl.so.2 timeout -k 10 60 scripts/launch.sh -n 2 --logs "$W/nolib.ranks" -- "$BIN" "${SMALL[@]}" 2>&1)
 rc=$?
 if [ "$rc" = 1 ] && grep -q "LLMC_NCCL_LIB" <<<"$out"; then
     verdict "f) no NCCL library" PASS "$(grep -m1 error <<<"$out" | cut -c1-110)..."
@@ -366,7 +366,7 @@ fi
 # A rank killed mid-run: the survivor must notice (NCCL error or LLMC_NCCL_TIMEOUT) and exit.
 port=$((20000 + RANDOM % 20000))
 LLMC_MASTER_PORT=$port LLMC_RANK=0 LLMC_WORLD_SIZE=2 LLMC_LOCAL_RANK=0 LLMC_NCCL_TIMEOUT=20 \
-    timeout 90 "$BIN" "${SMALL[@]}" >"$W/killed0.log" 2>&1 &
+    timeout -k 10 90 "$BIN" "${SMALL[@]}" >"$W/killed0.log" 2>&1 &
 p0=$!
 # Rank 1 runs without a `timeout` wrapper, so $! is the trainer itself and the kill below reaches
 # it (a SIGKILL to a wrapper leaves its child running, and rank 0 then simply finishes; the first
@@ -394,7 +394,7 @@ fi
 # launch.sh: rank 1 fails on its own after 10 s (rank 0 waits in the bootstrap meanwhile): the
 # launcher must stop rank 0 and exit with rank 1's code.
 t0=$SECONDS
-timeout 120 scripts/launch.sh -n 2 --logs "$W/launchfail.ranks" -- bash -c \
+timeout -k 10 120 scripts/launch.sh -n 2 --logs "$W/launchfail.ranks" -- bash -c \
     'if [ "$LLMC_RANK" = 1 ]; then sleep 10; echo "rank 1 gives up" >&2; exit 3; fi; exec "$0" "$@"' \
     "$BIN" "${SMALL[@]}" >"$W/launchfail.log" 2>&1
 rc=$?
