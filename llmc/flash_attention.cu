@@ -951,9 +951,10 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
     CUDA_CHECK_LAST();
 }
 
+// Both backward passes return the bias partial rows they write: B * (blocks along T).
 template <int HS, int V>
-void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
-                    const bf16* out, const float* lse, float* bias_part, int B, int T, int NH) {
+int backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
+                   const bf16* out, const float* lse, float* bias_part, int B, int T, int NH) {
     constexpr Tiles t = dq_tiles(V, HS);
     static_assert(t.a_in_regs, "the dQ kernel keeps Q and dO in registers");
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
@@ -965,14 +966,16 @@ void backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, 
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
-    kernel<<<dim3((T + BR - 1) / BR, B * NH), t.warps * 32, smem, ctx.stream>>>(
+    const int blocks_t = (T + BR - 1) / BR;
+    kernel<<<dim3(blocks_t, B * NH), t.warps * 32, smem, ctx.stream>>>(
         dqkv, D, qkv, dout, out, lse, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
+    return B * blocks_t;
 }
 
 template <int HS, int V>
-void backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16* dout,
-                      const bf16* qkv, const float* lse, float* bias_part, int B, int T, int NH) {
+int backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16* dout,
+                     const bf16* qkv, const float* lse, float* bias_part, int B, int T, int NH) {
     constexpr Tiles t = dkdv_tiles(V, HS);
     constexpr int BC = 16 * t.mt * t.warps, BR = t.inner;
     static_assert(BC >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 keys");
@@ -986,9 +989,11 @@ void backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
-    kernel<<<dim3((T + BC - 1) / BC, B * NH), t.warps * 32, smem, ctx.stream>>>(
+    const int blocks_t = (T + BC - 1) / BC;
+    kernel<<<dim3(blocks_t, B * NH), t.warps * 32, smem, ctx.stream>>>(
         dqkv, qkv, dout, lse, D, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
+    return B * blocks_t;
 }
 
 // Calls f(std::integral_constant<int, V>{}) for V = v in [0, N).
@@ -1118,16 +1123,12 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     with_head_size("flash_attention_backward", HS, [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         with_variant<kDqVariants>(dq_variant, [&](auto v) {
-            constexpr Tiles t = dq_tiles(decltype(v)::value, kHS);
-            rows_q = B * ((T + 16 * t.mt * t.warps - 1) / (16 * t.mt * t.warps));
-            backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse, part_q, B, T,
-                                                    NH);
+            rows_q = backward_dq_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, out, lse,
+                                                             part_q, B, T, NH);
         });
         with_variant<kDkdvVariants>(dkdv_variant, [&](auto v) {
-            constexpr Tiles t = dkdv_tiles(decltype(v)::value, kHS);
-            rows_kv = B * ((T + 16 * t.mt * t.warps - 1) / (16 * t.mt * t.warps));
-            backward_dkdv_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, lse, part_kv, B, T,
-                                                      NH);
+            rows_kv = backward_dkdv_hs<kHS, decltype(v)::value>(ctx, dqkv, D, dout, qkv, lse,
+                                                                part_kv, B, T, NH);
         });
     });
     if (dbias != nullptr) {
