@@ -343,9 +343,17 @@ __device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], cons
     }
 }
 
+// Block order. Causal work is uneven: the last query tile of a head has T/BR times the key tiles
+// of the first (for dK/dV the first key tile has the most query tiles). Blocks are dispatched in
+// order of their linear index, x varying fastest, so every kernel here puts the head (b, h) in x
+// and the tile in y, with the longest tiles at y = 0: all heads' longest tiles start first, the
+// shortest fill the last wave. With the tile in x (heads' tiles interleaved), long tiles of the
+// last heads started late and ran alone at the end; at B=4 T=1024 (384 blocks for 132 SMs) that
+// tail was a large part of each kernel.
+
 // ---- Forward ----------------------------------------------------------------------------------
 
-// Grid (query tiles, B*NH), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
+// Grid (B*NH, query tiles), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
 // 16*MT of them) and walks key tiles of BC rows from the diagonal down to 0. Q_IN_REGS keeps
 // the warp's Q fragments in registers (else they are read from shared memory per k-step);
 // MIN_BLOCKS is the blocks per SM the register cap aims at.
@@ -363,8 +371,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int qb = gridDim.y - 1 - blockIdx.y;  // longest rows first (see "Block order")
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int C = NH * HS, C3 = 3 * C;
     const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
     const bf16* k_g = q_g + C;
@@ -485,7 +493,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
         const int r = row_lo + mt * 16;
         stage_mtile<HS>(tile + (r - q0) * kStagedLd<HS>, o[mt], inv[0], inv[1], lane);
         if (lane % 4 == 0) {
-            float* lse_bh = lse + (long long)blockIdx.y * T;
+            float* lse_bh = lse + (long long)bh * T;
             if (r < T) lse_bh[r] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
             if (r + 8 < T) lse_bh[r + 8] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
         }
@@ -561,7 +569,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
                                        const bf16* __restrict__ dout,  // (B, T, C)
                                        const bf16* __restrict__ out,   // (B, T, C)
                                        const float* __restrict__ lse,  // (B, NH, T)
-                                       float* __restrict__ bias_part,  // (B * gridDim.x, C) or null
+                                       float* __restrict__ bias_part,  // (B * gridDim.y, C) or null
                                        int T, int NH, float scale, float scale_log2) {
     constexpr int WR = 16 * MT, BR = WR * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BC / 8;
@@ -572,8 +580,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     bf16* v_s = k_s + STAGES * BC * S;              // [STAGES][BC][S]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int qb = gridDim.x - 1 - blockIdx.x;  // longest rows first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int qb = gridDim.y - 1 - blockIdx.y;  // longest rows first (see "Block order")
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int C = NH * HS, C3 = 3 * C;
     const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
     const bf16* k_g = q_g + C;
@@ -601,7 +609,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int r = row_lo + 16 * mt + 8 * i;
-            row_lse[mt][i] = r < T ? lse[(long long)blockIdx.y * T + r] * kLog2e : INFINITY;
+            row_lse[mt][i] = r < T ? lse[(long long)bh * T + r] * kLog2e : INFINITY;
         }
     }
     // D of the warp's rows, while the first tiles load: lanes 2r and 2r + 1 sum the two halves
@@ -626,7 +634,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
             }
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        if ((lane & 1) == 0 && r < T) D[(long long)blockIdx.y * T + r] = sum;
+        if ((lane & 1) == 0 && r < T) D[(long long)bh * T + r] = sum;
         row_d[mt][0] = __shfl_sync(0xffffffffu, sum, 2 * (lane / 4));
         row_d[mt][1] = __shfl_sync(0xffffffffu, sum, 2 * (lane / 4) + 16);
     }
@@ -694,7 +702,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
     __syncthreads();
     store_staged_rows<HS, BR, THREADS>(dqkv + (long long)b * T * C3 + h * HS, C3, tile, q0, T);
     if (bias_part != nullptr) {
-        float* const dst[1] = {bias_part + ((long long)b * gridDim.x + qb) * C + h * HS};
+        float* const dst[1] = {bias_part + ((long long)b * gridDim.y + qb) * C + h * HS};
         sum_staged_columns<HS, BR, THREADS, 1>(dst, tile);
     }
 }
@@ -711,7 +719,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) flash_attention_backwa
     const bf16* __restrict__ dout,  // (B, T, C)
     const float* __restrict__ lse,  // (B, NH, T)
     const float* __restrict__ D,    // (B, NH, T)
-    float* __restrict__ bias_part,  // (B*gridDim.x, 2C) or null
+    float* __restrict__ bias_part,  // (B * gridDim.y, 2C) or null
     int T, int NH, float scale, float scale_log2) {
     constexpr int WK = 16 * MT, BC = WK * WARPS, THREADS = WARPS * 32, S = smem_stride<HS>();
     constexpr int NT = BR / 8;
@@ -724,13 +732,13 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) flash_attention_backwa
     float* d_s = lse_s + STAGES * BR;                                 // [STAGES][BR]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int kb = blockIdx.x;  // low key tiles have the most query tiles: they start first
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int kb = blockIdx.y;  // low key tiles have the most query tiles (see "Block order")
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int C = NH * HS, C3 = 3 * C;
     const bf16* q_g = qkv + (long long)b * T * C3 + h * HS;
     const bf16* do_g = dout + (long long)b * T * C + h * HS;
-    const float* lse_g = lse + (long long)blockIdx.y * T;
-    const float* d_g = D + (long long)blockIdx.y * T;
+    const float* lse_g = lse + (long long)bh * T;
+    const float* d_g = D + (long long)bh * T;
     const int k0 = kb * BC;
     const int qb_first = k0 / BR, n_qb = (T + BR - 1) / BR;
 
@@ -845,7 +853,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) flash_attention_backwa
     bf16* dk_g = dqkv + (long long)b * T * C3 + C + h * HS;
     store_staged_rows<HS, BC, THREADS, 2>(dk_g, C3, tile, k0, T, C);
     if (bias_part != nullptr) {
-        float* row = bias_part + ((long long)b * gridDim.x + kb) * 2 * C + h * HS;
+        float* row = bias_part + ((long long)b * gridDim.y + kb) * 2 * C + h * HS;
         float* const dst[2] = {row, row + C};
         sum_staged_columns<HS, BC, THREADS, 2>(dst, tile);
     }
@@ -946,7 +954,7 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const float scale_log2 = kLog2e / sqrtf((float)HS);
-    const dim3 grid((T + BR - 1) / BR, B * NH);
+    const dim3 grid(B * NH, (T + BR - 1) / BR);
     kernel<<<grid, t.warps * 32, smem, ctx.stream>>>(out, lse, qkv, T, NH, scale_log2);
     CUDA_CHECK_LAST();
 }
@@ -967,7 +975,7 @@ int backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, c
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
     const int blocks_t = (T + BR - 1) / BR;
-    kernel<<<dim3(blocks_t, B * NH), t.warps * 32, smem, ctx.stream>>>(
+    kernel<<<dim3(B * NH, blocks_t), t.warps * 32, smem, ctx.stream>>>(
         dqkv, D, qkv, dout, out, lse, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
     return B * blocks_t;
@@ -990,7 +998,7 @@ int backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16*
     (void)smem_set;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
     const int blocks_t = (T + BC - 1) / BC;
-    kernel<<<dim3(blocks_t, B * NH), t.warps * 32, smem, ctx.stream>>>(
+    kernel<<<dim3(B * NH, blocks_t), t.warps * 32, smem, ctx.stream>>>(
         dqkv, qkv, dout, lse, D, bias_part, T, NH, scale, scale_log2);
     CUDA_CHECK_LAST();
     return B * blocks_t;
