@@ -324,6 +324,10 @@ int main(int argc, char** argv) {
         {1, 1000, 2, 80},   // long awkward T
         {3, 129, 1, 112},   // NH=1
         {1, 777, 3, 16},
+        // Over kAcrossWaves (flash_attention.cu, "Block order") waves of blocks on a GPU of up to
+        // ~200 SMs, so the kernels take the head from the grid's y; every shape above, the head
+        // from its x.
+        {24, 257, 12, 64},
     };
     Context ctx;
     context_init(&ctx, 0, /*tf32=*/false);
