@@ -350,10 +350,10 @@ __device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], cons
 // dO) in L2; with the head in x (`across`), every head's longest tile starts before any head's
 // shorter ones, and the shortest fill the last wave. A grid of a few waves wants the second, a
 // long grid the first (H100, HS=64 T=1024): at B=4 `across` made the forward 0.051 -> 0.039 ms,
-// the backward 0.140 -> 0.105 ms, the training step 9.89-9.93 -> 9.35-9.39 ms (c13d823 against
+// the backward 0.140 -> 0.105 ms, the training step 9.89-9.93 -> 9.35-9.39 ms (6fcc50c against
 // 71af3e6); at B=64 it made the backward 1.478 -> 1.765 ms (4448067, every grid `across`: the L2
 // reuse lost). So `across` is used up to kAcrossWaves waves. At B=64 (tile in x, as before) the
-// c13d823 kernels measured 0.495 / 1.510 ms against 0.482 / 1.481 before, and the step 118.1-118.8
+// 6fcc50c kernels measured 0.495 / 1.510 ms against 0.482 / 1.481 before, and the step 118.1-118.8
 // against 118.8-119.0 ms: no loss seen in the step.
 constexpr int kAcrossWaves = 2;
 struct BlockOrder {
