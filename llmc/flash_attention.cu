@@ -378,9 +378,10 @@ __device__ __forceinline__ BlockIndex block_index() {
 
 // ---- Forward ----------------------------------------------------------------------------------
 
-// Grid (B*NH, query tiles), WARPS*32 threads; a block owns BR = 16*MT*WARPS query rows (a warp
-// 16*MT of them) and walks key tiles of BC rows from the diagonal down to 0. Q_IN_REGS keeps
-// the warp's Q fragments in registers (else they are read from shared memory per k-step);
+// Grid: B*NH heads by query tiles, in either order ("Block order"), WARPS*32 threads; a block
+// owns BR = 16*MT*WARPS query rows (a warp 16*MT of them) and walks key tiles of BC rows from
+// the diagonal down to 0. Q_IN_REGS keeps the warp's Q fragments in registers (else they are
+// read from shared memory per k-step);
 // MIN_BLOCKS is the blocks per SM the register cap aims at.
 template <int HS, int WARPS, int MT, int BC, int MIN_BLOCKS, bool Q_IN_REGS, int STAGES,
           bool ACROSS>
