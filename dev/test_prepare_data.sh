@@ -669,6 +669,11 @@ check "--special-eot: the summary counts them" grep_out \
     "<|endoftext|> found $nlit times in the text, written as the EOT token" \
     prep -o "$w/sp4" --special-eot "$w/eot.txt"
 
+# scripts/prepare_data.sh passes the flag, "-" and --key=value through.
+check "scripts/prepare_data.sh with --special-eot and -" bash -c "cat '$w/eot.txt' | bash \
+    scripts/prepare_data.sh --tokenizer='$tokdir' --special-eot - '$w/wrap' --name=e --val-fraction 0"
+check "... the same files as prepare_data" diff -r "$w/sp1" "$w/wrap"
+
 # --- splits and shard sizes -------------------------------------------------------------------
 total=$(py ntokens "$w/v0" t train)
 expect_bad "--val-tokens past the corpus" \
