@@ -3,12 +3,17 @@
 //   prepare_data -o OUT_DIR [options] INPUT...        (prepare_data --help lists every option)
 //
 // Inputs, read in the order given: text files, directories (every regular file below, sorted by
-// path bytes; hidden names, links to folders and the output folder skipped), and JSONL files
+// path bytes; hidden names, links to folders and the output folder skipped), JSONL files
 // (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" is the
-// document; blank lines are skipped. Text files are read whole; JSONL files line by line.
+// document; blank lines are skipped, and "-", standard input (text, or JSONL with --format
+// jsonl). Text files are read whole; JSONL files line by line. Every input must be UTF-8 text:
+// compressed data, llm.c's binary files, UTF-16 and files holding NUL bytes or mostly invalid
+// UTF-8 are refused with a sentence (check_text_head), before anything is written.
 // Documents: a text file is one document, or several cut at each --doc-sep string (the separator
 // itself is dropped); a JSONL line is one. Each document is written as EOT (50256) followed by
-// its tokens; empty documents are skipped (they still count in the document index below).
+// its tokens; empty documents are skipped (they still count in the document index below). A
+// literal "<|endoftext|>" in a document is text (7 tokens, and a warning counts them), or with
+// --special-eot the EOT token.
 //
 // Validation split, fixed by the inputs and --seed alone, never by threads or shard size:
 //   --val-fraction F (default 0.05): document i goes to val when splitmix64(splitmix64(seed) ^ i),
@@ -16,11 +21,13 @@
 //     documents to a corpus never moves an earlier one to the other split.
 //   --val-tokens N: the first N tokens of the output stream are val, the rest train (for a
 //     corpus of one or a few documents; the cut may fall inside a document).
+// An empty train split is an error (but for --val-fraction 1), an empty val split a warning.
 // Output: OUT_DIR/NAME_train_000000.bin, ..., NAME_val_000000.bin, ... (NAME: --name, default the
 // folder's name), each --shard-tokens tokens except the last of each split, and
 // OUT_DIR/tokenizer.bin. Everything is written under hidden temporary names and renamed at the
-// end; on any error the temporaries are removed and nothing else is touched. After success,
-// shards NAME_{train,val}_NNNNNN.bin left by an earlier run and not rewritten are removed.
+// end; on any error, SIGINT, SIGTERM or SIGHUP the temporaries and the folders this run created
+// are removed and nothing else is touched. After success, shards NAME_{train,val}_NNNNNN.bin
+// left by an earlier run and not rewritten are removed.
 //
 // Encoding is parallel: documents are cut into segments of about --segment-bytes at places where
 // GPT-2's pre-tokenizer always ends a piece (see safe_cut), segments are encoded on --threads
@@ -41,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "prepare_data_encode.h"
 #include "prepare_data_io.h"
 #include "tokenizer.h"
 
@@ -48,6 +56,12 @@ namespace fs = std::filesystem;
 using namespace prep;
 
 namespace {
+
+// The trainer reads B*T+1 tokens from one shard: refused below B=1, T=1024; a warning below B=8.
+constexpr long long kMinShardTokens = 1 * 1024 + 1;
+constexpr long long kWarnShardTokens = 8 * 1024 + 1;
+// More encoding threads than this per logical CPU only contend.
+constexpr long long kThreadsPerCpu = 4;
 
 struct Options {
     std::string out_dir;                                // -o
@@ -60,7 +74,8 @@ struct Options {
     uint64_t seed = 1;                   // seed of the document hash
     std::string doc_sep;                 // empty: a text file is one document
     InputFormat format = InputFormat::kAuto;
-    int threads = 0;                    // 0: every core
+    bool special_eot = false;           // a literal "<|endoftext|>" becomes the EOT token
+    long long threads = 0;              // as asked; 0: every core
     long long segment_bytes = 1 << 18;  // encoding work unit (does not change the output)
 };
 
@@ -70,9 +85,10 @@ void print_help() {
         "\n"
         "Tokenizes text with GPT-2's BPE into llm.c token shards, OUT_DIR/NAME_train_000000.bin\n"
         "... and OUT_DIR/NAME_val_000000.bin ..., and writes OUT_DIR/tokenizer.bin. INPUT: a\n"
-        "text file (one document), a folder (every file below it, sorted; hidden ones skipped)\n"
-        "or a JSONL file (*.jsonl: one JSON object per line with a string field \"text\").\n"
-        "Each document is EOT (50256) then its tokens. The output does not depend on --threads.\n"
+        "text file (one document), a folder (every file below it, sorted; hidden ones skipped),\n"
+        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\"), or - for\n"
+        "standard input (text, or JSONL with --format jsonl). Each document is EOT (50256) then\n"
+        "its tokens. The output does not depend on --threads.\n"
         "\n"
         "  -o, --out DIR       output folder, created if missing (required)\n"
         "  --tokenizer DIR     folder with GPT-2's encoder.json and vocab.bpe, which\n"
@@ -80,21 +96,42 @@ void print_help() {
         "                      (default data/gpt2_tokenizer)\n"
         "  --name NAME         shard name prefix (default: OUT_DIR's last name)\n"
         "  --shard-tokens N    tokens per shard; the last of each split holds the rest\n"
-        "                      (default 100000000)\n"
+        "                      (default 100000000). The trainer reads B*T+1 tokens from one\n"
+        "                      shard, so N must be at least 1025 (B=1, T=1024), below 8193\n"
+        "                      (B=8) it gets a warning, and a split may have at most 10000\n"
+        "                      shards\n"
         "  --val-fraction F    document i goes to val when a hash of (seed, i) in [0, 1) is\n"
         "                      below F (default 0.05)\n"
         "  --val-tokens N      instead, the first N tokens go to val and the rest to train\n"
         "  --seed S            seed of that hash (default 1)\n"
         "  --doc-sep STR       cut text files into documents at each STR, dropping it; \\n \\t\n"
-        "                      \\r \\\\ are escapes (default: one document per file)\n"
+        "                      \\r \\\\ are escapes (default: one document per file);\n"
+        "                      --doc-sep '<|endoftext|>' for text that marks documents so\n"
+        "  --special-eot       write each literal <|endoftext|> in the text as the EOT token\n"
+        "                      (as tiktoken's allowed_special does), not as 7 text tokens;\n"
+        "                      without it a warning counts them\n"
         "  --format F          auto (*.jsonl is JSONL, the rest text), text or jsonl\n"
         "                      (default auto)\n"
-        "  --threads N         encoding threads (default: every core)\n"
+        "  --threads N         encoding threads (default: every core); more than 4 per core\n"
+        "                      are capped, and if the system refuses to start some, the run\n"
+        "                      goes on with those it has\n"
         "  --segment-bytes N   encoding work unit; does not change the output (default 262144)\n"
         "  -h, --help          this text\n"
+        "A value may also follow '=': --threads=8.\n"
+        "\n"
+        "Inputs must be UTF-8 text. Compressed files (gzip, bzip2, xz, zstd, zip), token\n"
+        "shards, model and tokenizer files, UTF-16, and files holding NUL bytes or much\n"
+        "invalid UTF-8 (over a quarter of the first 64 KiB) are refused; some invalid UTF-8\n"
+        "(it becomes U+FFFD) gets a warning. Decompress on the way in:\n"
+        "  gunzip -c corpus.jsonl.gz | prepare_data -o OUT_DIR --format jsonl -\n"
+        "\n"
+        "Splits: a train split left empty is an error (--val-tokens as large as the corpus, or\n"
+        "every document in val), except with --val-fraction 1; an empty val split is a warning.\n"
         "\n"
         "Exit codes: 0 done; 1 bad input (one sentence; no shard or temporary file is left\n"
-        "behind and an earlier output is untouched); 2 bad option.\n");
+        "behind, nor a folder this run created, and an earlier output is untouched); 2 bad\n"
+        "option. On SIGINT (Ctrl-C), SIGTERM or SIGHUP the same clean-up, then one sentence\n"
+        "saying what was removed, and death by that signal (a shell shows 130, 143 or 129).\n");
 }
 
 [[noreturn]] void usage_error(const std::string& sentence) {
@@ -148,8 +185,19 @@ InputFormat parse_format(const std::string& s) {
     usage_error("--format must be auto, text or jsonl, not '" + s + "'");
 }
 
-// Sets option `a` from its value `v`; false for an unknown option.
-bool set_option(Options* o, const std::string& a, const char* v) {
+// Options that take a value, and the one flag.
+constexpr const char* kValueOptions[] = {
+    "-o",           "--out",  "--tokenizer", "--name",   "--shard-tokens", "--val-fraction",
+    "--val-tokens", "--seed", "--doc-sep",   "--format", "--threads",      "--segment-bytes"};
+constexpr const char* kSpecialEot = "--special-eot";
+
+bool takes_value(const std::string& a) {
+    return std::find(std::begin(kValueOptions), std::end(kValueOptions), a) !=
+           std::end(kValueOptions);
+}
+
+// Sets option `a` (one of kValueOptions) from its value `v`.
+void set_option(Options* o, const std::string& a, const char* v) {
     if (a == "-o" || a == "--out") {
         o->out_dir = v;
     } else if (a == "--tokenizer") {
@@ -158,6 +206,12 @@ bool set_option(Options* o, const std::string& a, const char* v) {
         o->name = v;
     } else if (a == "--shard-tokens") {
         o->shard_tokens = parse_count(a, v, 1);
+        if (o->shard_tokens < kMinShardTokens) {
+            usage_error(
+                "--shard-tokens must be at least 1025, as the trainer reads B*T+1 tokens "
+                "from one shard (1025 for B=1, T=1024); got " +
+                std::to_string(o->shard_tokens));
+        }
     } else if (a == "--val-fraction") {
         o->val_fraction = parse_fraction(a, v);
     } else if (a == "--val-tokens") {
@@ -170,40 +224,67 @@ bool set_option(Options* o, const std::string& a, const char* v) {
     } else if (a == "--format") {
         o->format = parse_format(v);
     } else if (a == "--threads") {
-        o->threads = (int)parse_count(a, v, 1);
+        o->threads = parse_count(a, v, 1);
     } else if (a == "--segment-bytes") {
         o->segment_bytes = parse_count(a, v, 1);
-    } else {
-        return false;
     }
-    return true;
 }
 
 Options parse_args(int argc, char** argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
+        std::string a = argv[i];
         if (a == "-h" || a == "--help") {
             print_help();
             std::exit(0);
         }
-        if (a.size() < 2 || a[0] != '-') {
+        if (a.size() < 2 || a[0] != '-') {  // "-" is standard input
             o.inputs.push_back(a);
             continue;
         }
-        if (i + 1 >= argc) usage_error(a + " needs a value");
-        if (!set_option(&o, a, argv[++i])) usage_error("unknown option " + a);
+        std::string value;
+        const size_t eq = a.find('=');
+        const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
+        if (inline_value) {
+            value = a.substr(eq + 1);
+            a.resize(eq);
+        }
+        if (a == kSpecialEot) {
+            if (inline_value) usage_error(a + " takes no value");
+            o.special_eot = true;
+            continue;
+        }
+        if (!takes_value(a)) usage_error("unknown option " + a);
+        if (!inline_value) {
+            if (i + 1 >= argc) usage_error(a + " needs a value");
+            value = argv[++i];
+        }
+        set_option(&o, a, value.c_str());
     }
     if (o.out_dir.empty()) usage_error("the output folder is required: -o OUT_DIR");
-    if (o.inputs.empty()) usage_error("no input given: name text files, folders or JSONL files");
+    if (o.inputs.empty()) {
+        usage_error("no input given: name text files, folders, JSONL files or - (standard input)");
+    }
     if (o.name.empty()) {
         fs::path p = fs::absolute(o.out_dir).lexically_normal();
         if (!p.has_filename()) p = p.parent_path();  // "data/brown/"
         o.name = p.filename().string();
         if (o.name.empty()) o.name = "data";
     }
-    if (o.threads == 0) o.threads = (int)std::max(1u, std::thread::hardware_concurrency());
     return o;
+}
+
+// The encoding threads: as asked, or every core, capped at kThreadsPerCpu per core.
+int thread_count(const Options& o) {
+    const long long cpus = std::max(1u, std::thread::hardware_concurrency());
+    const long long cap = kThreadsPerCpu * cpus;
+    if (o.threads > cap) {
+        std::fprintf(stderr,
+                     "note: --threads %lld is more than this machine can use; using %lld "
+                     "(%lld per logical CPU, of which it has %lld)\n",
+                     o.threads, cap, kThreadsPerCpu, cpus);
+    }
+    return (int)(o.threads == 0 ? cpus : std::min(o.threads, cap));
 }
 
 std::string with_commas(unsigned long long v) {
@@ -216,156 +297,12 @@ std::string count_of(long long n, const char* noun) {
     return with_commas((unsigned long long)n) + " " + noun + (n == 1 ? "" : "s");
 }
 
-// 24.3M, 512.0k, 87: rates of very different sizes stay readable.
-std::string human(double v) {
-    char buf[32];
-    const double scale = v >= 1e6 ? 1e6 : v >= 1e3 ? 1e3 : 1;
-    const char* unit = v >= 1e6 ? "M" : v >= 1e3 ? "k" : "";
-    std::snprintf(buf, sizeof(buf), scale > 1 ? "%.1f%s" : "%.0f%s", v / scale, unit);
-    return buf;
+std::string times(long long n) {
+    return n == 1 ? "once" : with_commas((unsigned long long)n) + " times";
 }
-
-// Shared by the encoding threads and the main thread, which draws it on stderr.
-struct Progress {
-    std::atomic<uint64_t> bytes{0}, tokens{0};
-    uint64_t total_bytes = 0;
-    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::time_point last_draw = start;
-    bool tty = isatty(2) != 0;
-
-    double seconds() const {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    // A terminal gets a bar redrawn in place 5 times a second; a log a line every 10 seconds.
-    void maybe_draw() {
-        const auto now = std::chrono::steady_clock::now();
-        const double since = std::chrono::duration<double>(now - last_draw).count();
-        if (since < (tty ? 0.2 : 10.0)) return;
-        last_draw = now;
-        draw();
-    }
-    void draw() const {
-        const double t = std::max(seconds(), 1e-9), b = (double)bytes.load();
-        const double frac = total_bytes ? std::min(1.0, b / (double)total_bytes) : 1.0;
-        char bar[31];
-        const int filled = (int)(frac * 30);
-        for (int i = 0; i < 30; ++i) bar[i] = i < filled ? '#' : '.';
-        bar[30] = '\0';
-        std::fprintf(stderr, "%s[%s] %5.1f%%  %.1f/%.1f MB  %.1f MB/s  %s tokens/s%s",
-                     tty ? "\r" : "", bar, 100.0 * frac, b / 1e6, (double)total_bytes / 1e6,
-                     b / 1e6 / t, human((double)tokens.load() / t).c_str(), tty ? "\033[K" : "\n");
-    }
-    void finish() {
-        bytes = total_bytes;  // empty documents and blank lines are not counted on the way
-        if (!tty) return;
-        draw();
-        std::fputc('\n', stderr);
-    }
-};
-
-// A batch of documents and the segments they are cut into; tokens[k] are segment k's ids.
-struct Batch {
-    std::vector<Document> docs;
-    std::vector<Segment> segments;
-    std::vector<std::vector<uint16_t>> tokens;
-};
-
-// Reads documents until the batch holds target_bytes of text or the corpus ends. Returns false
-// with *why on a read error.
-bool read_batch(CorpusReader* reader, size_t target_bytes, long long segment_bytes, Batch* batch,
-                Progress* progress, std::string* why) {
-    *batch = Batch{};
-    size_t bytes = 0;
-    Document doc;
-    while (bytes < target_bytes) {
-        if (!reader->next(&doc, why)) return why->empty();
-        bytes += doc.text.size();
-        cut_segments(doc, (int)batch->docs.size(), (size_t)segment_bytes, &batch->segments);
-        batch->docs.push_back(std::move(doc));
-        progress->maybe_draw();
-    }
-    return true;
-}
-
-// Encodes every segment of a batch on `threads` threads; join() waits for them.
-class Encoder {
-  public:
-    Encoder(const llmc::Tokenizer& tok, Batch* batch, int threads, Progress* progress)
-        : batch_(batch) {
-        batch->tokens.resize(batch->segments.size());
-        for (int t = 0; t < threads; ++t) {
-            workers_.emplace_back([this, &tok, progress] { work(tok, progress); });
-        }
-    }
-    ~Encoder() { join(nullptr); }
-    // Waits for the threads, drawing the progress bar meanwhile when one is given.
-    void join(Progress* progress) {
-        while (progress && done_.load() < workers_.size()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            progress->maybe_draw();
-        }
-        for (std::thread& w : workers_) {
-            if (w.joinable()) w.join();
-        }
-    }
-
-  private:
-    void work(const llmc::Tokenizer& tok, Progress* progress) {
-        std::vector<int> ids;
-        for (size_t k = next_.fetch_add(1); k < batch_->segments.size(); k = next_.fetch_add(1)) {
-            const Segment& s = batch_->segments[k];
-            const std::string& text = batch_->docs[s.doc].text;
-            ids.clear();
-            tok.encode(std::string_view(text).substr(s.begin, s.end - s.begin), &ids);
-            batch_->tokens[k].assign(ids.begin(), ids.end());  // ids < vocab size <= 65536
-            progress->bytes += s.progress_bytes;
-            progress->tokens += ids.size() + (s.begin == 0 ? 1 : 0);
-        }
-        done_.fetch_add(1);
-    }
-    Batch* batch_;
-    std::atomic<size_t> next_{0}, done_{0};
-    std::vector<std::thread> workers_;
-};
-
-// Sends tokens to the train or val split by the chosen rule.
-class Router {
-  public:
-    Router(const Options& o, ShardWriter* out, uint16_t eot) : o_(o), out_(out), eot_(eot) {}
-    void write_batch(const Batch& batch) {
-        for (size_t k = 0; k < batch.segments.size(); ++k) {
-            const Segment& s = batch.segments[k];
-            const Document& doc = batch.docs[s.doc];
-            if (s.begin == 0) {
-                out_->count_document(split_of_next(doc));
-                emit(doc, &eot_, 1);
-            }
-            emit(doc, batch.tokens[k].data(), batch.tokens[k].size());
-        }
-    }
-
-  private:
-    int split_of_next(const Document& doc) const {
-        if (o_.val_tokens >= 0) return out_->tokens(kVal) < o_.val_tokens ? kVal : kTrain;
-        return in_val_split(doc.index, o_.seed, o_.val_fraction) ? kVal : kTrain;
-    }
-    void emit(const Document& doc, const uint16_t* p, size_t n) {
-        if (o_.val_tokens < 0) {
-            out_->write(split_of_next(doc), p, n);
-            return;
-        }
-        const size_t val_left = (size_t)std::max(0LL, o_.val_tokens - out_->tokens(kVal));
-        const size_t nv = std::min(n, val_left);
-        out_->write(kVal, p, nv);
-        out_->write(kTrain, p + nv, n - nv);
-    }
-    const Options& o_;
-    ShardWriter* out_;
-    uint16_t eot_;
-};
 
 void print_summary(const Options& o, const CorpusReader& reader, const ShardWriter& out,
-                   double seconds, uint64_t input_bytes) {
+                   double seconds, int threads, long long literal_eots) {
     const long long docs = out.stats(kTrain).documents + out.stats(kVal).documents;
     const long long tokens = out.stats(kTrain).tokens + out.stats(kVal).tokens;
     std::printf("prepared %s: %s, %s, from %s (%s skipped)\n", o.out_dir.c_str(),
@@ -380,14 +317,18 @@ void print_summary(const Options& o, const CorpusReader& reader, const ShardWrit
                     s.shards ? out.shard_glob(split).c_str() : "");
     }
     std::printf("  tokenizer %s\n", (fs::path(o.out_dir) / "tokenizer.bin").c_str());
+    if (o.special_eot) {
+        std::printf("  <|endoftext|> found %s in the text, written as the EOT token\n",
+                    times(literal_eots).c_str());
+    }
     if (out.stale_removed() > 0) {
         std::printf("  removed %s of an earlier run that this run did not rewrite\n",
                     count_of(out.stale_removed(), "stale shard").c_str());
     }
     const double t = std::max(seconds, 1e-9);
-    std::printf("  %.2f MB in %.2f s: %.1f MB/s, %s tokens/s on %s\n", (double)input_bytes / 1e6,
-                seconds, (double)input_bytes / 1e6 / t, human((double)tokens / t).c_str(),
-                count_of(o.threads, "thread").c_str());
+    const double mb = (double)reader.bytes_read() / 1e6;
+    std::printf("  %.2f MB in %.2f s: %.1f MB/s, %s tokens/s on %s\n", mb, seconds, mb / t,
+                human((double)tokens / t).c_str(), count_of(threads, "thread").c_str());
     for (int split : {kTrain, kVal}) {
         const long long last = out.stats(split).last_shard_tokens;
         // The data loader refuses a shard shorter than one batch, B*T+1 tokens (64 x 1024 + 1).
@@ -397,53 +338,140 @@ void print_summary(const Options& o, const CorpusReader& reader, const ShardWrit
                         last - 1);
         }
     }
-    const bool want_val = o.val_tokens >= 0 ? o.val_tokens > 0 : o.val_fraction > 0;
-    for (int split : {kTrain, kVal}) {
-        if (out.stats(split).tokens == 0 && (split == kTrain || want_val)) {
-            std::printf(
-                "note: the %s split is empty (%s in all); cut the text into more documents "
-                "with --doc-sep, or split by --val-tokens N\n",
-                split == kTrain ? "train" : "val", count_of(docs, "document").c_str());
-        }
+}
+
+// An empty train split is an error, but for --val-fraction 1, which asks for it.
+void check_train_split(const Options& o, ShardWriter* out) {
+    if (out->stats(kTrain).tokens > 0 || (o.val_tokens < 0 && o.val_fraction >= 1)) return;
+    const long long docs = out->stats(kVal).documents, tokens = out->stats(kVal).tokens;
+    if (o.val_tokens >= 0) {
+        out->fail("--val-tokens " + with_commas((unsigned long long)o.val_tokens) +
+                  " takes the whole corpus (" + count_of(tokens, "token") +
+                  "), leaving nothing for train; give a smaller --val-tokens, e.g. " +
+                  std::to_string(std::max(1LL, tokens / 10)));
     }
+    char fraction[32];
+    std::snprintf(fraction, sizeof(fraction), "%g", o.val_fraction);
+    out->fail("the val split took every document (" + count_of(docs, "document") + " in all) at " +
+              "--val-fraction " + fraction + ", leaving nothing for train; cut the text into " +
+              "more documents with --doc-sep STR, or split by tokens with --val-tokens N");
+}
+
+// The warnings printed after the summary, where they are seen.
+void print_warnings(const Options& o, const ShardWriter& out, long long literal_eots) {
+    const long long docs = out.stats(kTrain).documents + out.stats(kVal).documents;
+    if (out.stats(kTrain).tokens == 0) {
+        std::fprintf(stderr,
+                     "warning: --val-fraction 1 put every document in val: there is "
+                     "no train shard\n");
+    }
+    if (out.stats(kVal).tokens == 0 && o.val_tokens < 0 && o.val_fraction > 0) {
+        std::fprintf(stderr,
+                     "warning: the val split is empty: 0 of %s fell in it at "
+                     "--val-fraction %g; cut the text into more documents with --doc-sep "
+                     "STR, or split by tokens with --val-tokens N\n",
+                     count_of(docs, "document").c_str(), o.val_fraction);
+    }
+    if (literal_eots > 0 && !o.special_eot) {
+        std::fprintf(stderr,
+                     "warning: the text holds the string <|endoftext|> %s, written as ordinary "
+                     "text (7 tokens each); --special-eot writes each as the EOT token (50256), "
+                     "--doc-sep '<|endoftext|>' cuts documents there\n",
+                     times(literal_eots).c_str());
+    }
+}
+
+// One warning for the files whose head holds some invalid UTF-8 (it is encoded as U+FFFD).
+void warn_invalid_utf8(const std::vector<InputFile>& files) {
+    const InputFile* first = nullptr;
+    long long n = 0;
+    for (const InputFile& f : files) {
+        if (f.invalid_utf8 == 0) continue;
+        if (first == nullptr) first = &f;
+        ++n;
+    }
+    if (first == nullptr) return;
+    std::fprintf(stderr,
+                 "warning: %s %s bytes that are not valid UTF-8 (each becomes U+FFFD), the "
+                 "first %s (%s in its first %s); if text is in another encoding, convert it "
+                 "first, e.g. iconv -f LATIN1 -t UTF-8\n",
+                 count_of(n, "file").c_str(), n == 1 ? "has" : "have", first->path.c_str(),
+                 with_commas(first->invalid_utf8).c_str(),
+                 count_of((long long)std::min<uint64_t>(first->bytes, kHeadBytes), "byte").c_str());
+}
+
+// The inputs' bytes, or 0 when standard input is one of them (its size is not known).
+uint64_t known_size(const std::vector<InputFile>& files) {
+    uint64_t bytes = 0;
+    for (const InputFile& f : files) {
+        if (f.path != kStdin) {
+            bytes += f.bytes;
+            continue;
+        }
+        if (isatty(0)) {
+            std::fprintf(stderr,
+                         "note: reading standard input from the terminal; end it with "
+                         "Ctrl-D\n");
+        }
+        return 0;
+    }
+    return bytes;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     const Options o = parse_args(argc, argv);
+    ShardWriter out(o.out_dir, o.name, o.shard_tokens);
+    // First, so every thread started later has the signals blocked and the watcher takes them.
+    SignalWatcher watcher(&out);
+    int threads = thread_count(o);
+    if (o.shard_tokens < kWarnShardTokens) {
+        std::fprintf(stderr,
+                     "warning: --shard-tokens %lld is less than one batch of B=8, T=1024 (8193 "
+                     "tokens); the trainer needs B*T+1 tokens in every shard, so train with "
+                     "B*T <= %lld\n",
+                     o.shard_tokens, o.shard_tokens - 1);
+    }
     llmc::Tokenizer tok;
     std::string why;
-    if (!tok.load(o.tokenizer_dir, &why)) {
-        std::fprintf(stderr, "error: %s\n", why.c_str());
-        return 1;
-    }
+    if (!tok.load(o.tokenizer_dir, &why)) out.fail(why);
     if (tok.vocab_size() > 65536) {
-        std::fprintf(stderr, "error: a vocabulary of %d tokens does not fit uint16 shards\n",
-                     tok.vocab_size());
-        return 1;
+        out.fail("a vocabulary of " + std::to_string(tok.vocab_size()) +
+                 " tokens does not fit uint16 shards");
     }
     std::vector<InputFile> files;
-    if (!expand_inputs(o.inputs, o.format, o.out_dir, &files, &why)) {
-        std::fprintf(stderr, "error: %s\n", why.c_str());
-        return 1;
-    }
-    ShardWriter out(o.out_dir, o.name, o.shard_tokens);
+    if (!expand_inputs(o.inputs, o.format, o.out_dir, &files, &why)) out.fail(why);
+    warn_invalid_utf8(files);
+    Progress progress;
+    progress.total_bytes = known_size(files);
+    out.create();
     out.write_tokenizer(tok);
 
-    Progress progress;
-    for (const InputFile& f : files) progress.total_bytes += f.bytes;
     CorpusReader reader(files, o.doc_sep);
-    Router router(o, &out, (uint16_t)tok.eot());
-    // Enough text per batch that every thread has many segments to take.
-    const size_t batch_bytes = std::max<size_t>(16u << 20, (size_t)o.threads * (4u << 20));
+    Router router(SplitRule{o.val_tokens, o.val_fraction, o.seed}, &out, (uint16_t)tok.eot());
+    // Enough text per batch that every thread has many segments to take, within memory.
+    const size_t batch_bytes =
+        std::clamp<size_t>((size_t)threads * (4u << 20), 16u << 20, 512u << 20);
+    long long literal_eots = 0;
     Batch cur, next;
     if (!read_batch(&reader, batch_bytes, o.segment_bytes, &cur, &progress, &why)) out.fail(why);
     while (!cur.docs.empty()) {
-        Encoder encoder(tok, &cur, o.threads, &progress);
+        Encoder encoder(tok, &cur, threads, o.special_eot, &progress);
+        if (encoder.started() < threads) {  // said once: later batches ask for no more
+            std::fprintf(stderr,
+                         "%snote: the system refused to start more than %d of %d encoding "
+                         "threads (%s); going on with %s\n",
+                         progress.tty ? "\r\033[K" : "", encoder.started(), threads,
+                         encoder.refusal().c_str(),
+                         encoder.started() > 0 ? count_of(encoder.started(), "thread").c_str()
+                                               : "the main thread alone");
+            threads = encoder.started();
+        }
         const bool read_ok =
             read_batch(&reader, batch_bytes, o.segment_bytes, &next, &progress, &why);
         encoder.join(&progress);
+        literal_eots += encoder.literal_eots();
         if (!read_ok) out.fail(why);
         router.write_batch(cur);
         std::swap(cur, next);
@@ -452,8 +480,10 @@ int main(int argc, char** argv) {
         out.fail("the inputs hold no text: " + std::to_string(reader.num_files()) +
                  " file(s), every document empty");
     }
-    progress.finish();
+    check_train_split(o, &out);
+    progress.finish(reader.bytes_read());
     out.finish();
-    print_summary(o, reader, out, progress.seconds(), progress.total_bytes);
+    print_summary(o, reader, out, progress.seconds(), std::max(1, threads), literal_eots);
+    print_warnings(o, out, literal_eots);
     return 0;
 }

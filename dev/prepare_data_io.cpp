@@ -1,5 +1,5 @@
-// prepare_data_io.cpp: inputs, JSONL, documents and segments, split hash, shard writer.
-// See prepare_data_io.h for the contracts and prepare_data.cpp for the rules they implement.
+// prepare_data_io.cpp: inputs and the check that they are text, documents and segments, split
+// hash. See prepare_data_io.h for the contracts and prepare_data.cpp for the rules they implement.
 #include "prepare_data_io.h"
 
 #include <unistd.h>
@@ -9,11 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <set>
 
+#include "checkpoint.h"
 #include "dataloader.h"
+#include "model_file.h"
 #include "rng.h"
-#include "tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -26,6 +26,21 @@ namespace {
 bool is_jsonl_name(const std::string& path) {
     const std::string ext = fs::path(path).extension().string();
     return ext == ".jsonl" || ext == ".JSONL";
+}
+
+// The first kHeadBytes of a file (fewer when it is shorter). False with *why if it cannot be read.
+bool read_head(const std::string& path, std::string* head, std::string* why) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+        *why = "cannot read " + path + ": " + std::strerror(errno);
+        return false;
+    }
+    head->resize(kHeadBytes);
+    head->resize(std::fread(&(*head)[0], 1, kHeadBytes, f));
+    const bool bad = std::ferror(f) != 0;
+    std::fclose(f);
+    if (bad) *why = "cannot read " + path + ": " + std::strerror(errno);
+    return !bad;
 }
 
 bool add_file(const fs::path& p, InputFormat format, std::vector<InputFile>* files,
@@ -48,6 +63,13 @@ bool add_file(const fs::path& p, InputFormat format, std::vector<InputFile>* fil
     f.jsonl =
         format == InputFormat::kJsonl || (format == InputFormat::kAuto && is_jsonl_name(f.path));
     f.bytes = (uint64_t)fs::file_size(p, ec);
+    std::string head;
+    // data.jsonl.gz: the command that a refusal suggests reads it as JSONL.
+    const bool jsonl_hint = f.jsonl || is_jsonl_name(p.stem().string());
+    if (!read_head(f.path, &head, why) ||
+        !check_text_head(f.path, head, jsonl_hint, why, &f.invalid_utf8)) {
+        return false;
+    }
     files->push_back(std::move(f));
     return true;
 }
@@ -84,13 +106,152 @@ bool add_folder(const fs::path& root, InputFormat format, const fs::path& out_di
 
 bool expand_inputs(const std::vector<std::string>& inputs, InputFormat format,
                    const std::string& out_dir, std::vector<InputFile>* files, std::string* why) {
+    bool have_stdin = false;
     for (const std::string& in : inputs) {
+        if (in == kStdin) {
+            if (have_stdin) {
+                *why = "- (standard input) is given twice; it can be read once";
+                return false;
+            }
+            have_stdin = true;
+            files->push_back(InputFile{kStdin, format == InputFormat::kJsonl, 0});
+            continue;
+        }
         std::error_code ec;
         const bool dir = fs::is_directory(in, ec);
         if (dir ? !add_folder(in, format, out_dir, files, why)
                 : !add_file(in, format, files, why)) {
             return false;
         }
+    }
+    return true;
+}
+
+// ---- is it text? --------------------------------------------------------------------------
+
+namespace {
+
+// Bytes that belong to ill-formed UTF-8 sequences (each maximal subpart counted whole). A
+// sequence cut short by the end of s is not counted: s may be the head of a longer file.
+size_t invalid_utf8_bytes(const unsigned char* s, size_t n) {
+    size_t bad = 0, i = 0;
+    while (i < n) {
+        const unsigned char c = s[i];
+        int need = 0;
+        unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the first continuation byte
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0) lo = 0xA0;  // overlong
+            if (c == 0xED) hi = 0x9F;  // surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0) lo = 0x90;  // overlong
+            if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+        } else {
+            ++bad, ++i;
+            continue;
+        }
+        size_t k = 1;
+        while (k <= (size_t)need && i + k < n) {
+            const unsigned char b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+            ++k;
+        }
+        if (k == (size_t)need + 1) {
+            i += k;
+        } else if (i + k == n) {
+            return bad;  // cut by the end of the head
+        } else {
+            bad += k;
+            i += k;
+        }
+    }
+    return bad;
+}
+
+constexpr const char* kStdinName = "standard input";  // in sentences
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+    return s.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+bool check_text_head(const std::string& name, std::string_view head, bool jsonl, std::string* why,
+                     size_t* invalid) {
+    const std::string pipe_to = std::string(" | prepare_data -o OUT_DIR") +
+                                (jsonl ? " --format jsonl" : "") + " - (- reads standard input)";
+    struct Compressed {
+        std::string_view magic;
+        const char* format;
+        const char* command;
+    };
+    static const Compressed kCompressed[] = {
+        {std::string_view("\x1f\x8b", 2), "gzip", "gunzip -c"},
+        {std::string_view("BZh", 3), "bzip2", "bzip2 -dc"},
+        {std::string_view("\xfd\x37\x7a\x58\x5a\x00", 6), "xz", "xz -dc"},
+        {std::string_view("\x28\xb5\x2f\xfd", 4), "zstd", "zstd -dc"},
+        {std::string_view("PK\x03\x04", 4), "zip", "unzip -p"},
+    };
+    for (const Compressed& c : kCompressed) {
+        if (!starts_with(head, c.magic)) continue;
+        *why = name + " is " + c.format + "-compressed, not text; decompress it on the way in: " +
+               (name == kStdinName ? std::string("... | ") + c.command + pipe_to
+                                   : c.command + (" " + name) + pipe_to);
+        return false;
+    }
+    struct Binary {
+        int32_t magic;
+        const char* what;
+    };
+    static const Binary kBinary[] = {
+        {llmc::kShardMagic, "a token shard, already tokenized (train on it with -i or -j)"},
+        {llmc::kTokenizerMagic, "a tokenizer file"},
+        {llmc::kModelMagic, "a model file"},
+        {llmc::kDebugStateMagic, "a debug state file"},
+    };
+    int32_t magic = 0;
+    if (head.size() >= sizeof(magic)) std::memcpy(&magic, head.data(), sizeof(magic));
+    const char* binary = nullptr;
+    for (const Binary& b : kBinary) {
+        if (magic == b.magic) binary = b.what;
+    }
+    if (head.size() >= 8 && std::memcmp(head.data(), &llmc::kStateMagic, 8) == 0) {
+        binary = "a training checkpoint";
+    }
+    if (binary != nullptr) {
+        *why = name + " is " + binary + ", not text; give prepare_data text files, JSONL files " +
+               "or folders of them";
+        return false;
+    }
+    if (starts_with(head, "\xff\xfe") || starts_with(head, "\xfe\xff")) {
+        *why = name + " is UTF-16 text; convert it to UTF-8 first: iconv -f UTF-16 -t UTF-8 " +
+               name + " > " + name + ".utf8";
+        return false;
+    }
+    const size_t nul = head.find('\0');
+    if (nul != std::string_view::npos) {
+        *why = name + " holds a NUL byte (at byte " + std::to_string(nul) + "), so it is " +
+               "binary, not text; give prepare_data text files, JSONL files or folders of them";
+        return false;
+    }
+    const size_t bad =
+        invalid_utf8_bytes(reinterpret_cast<const unsigned char*>(head.data()), head.size());
+    if (invalid != nullptr) *invalid = bad;
+    // Western text in a legacy 8-bit encoding has a few per cent of such bytes (each accented
+    // letter), up to a fifth in the densest; past a quarter it is binary, or text in a Cyrillic,
+    // Greek or CJK encoding that would come out as U+FFFD soup.
+    if (bad * 4 > head.size()) {
+        *why = name + " is not UTF-8 text: " + std::to_string(bad) + " of its first " +
+               std::to_string(head.size()) + " bytes are not valid UTF-8; if it is text in " +
+               "another encoding, convert it first, e.g. iconv -f LATIN1 -t UTF-8 " + name + " > " +
+               name + ".utf8";
+        return false;
     }
     return true;
 }
@@ -144,9 +305,18 @@ CorpusReader::~CorpusReader() {
     std::free(line_);
 }
 
+namespace {
+
+std::string display_name(const InputFile& in) {
+    return in.path == kStdin ? std::string(kStdinName) : in.path;
+}
+
+}  // namespace
+
 bool CorpusReader::open_file(std::string* why) {
     const InputFile& in = files_[file_];
-    std::FILE* f = std::fopen(in.path.c_str(), "rb");
+    const bool from_stdin = in.path == kStdin;
+    std::FILE* f = from_stdin ? stdin : std::fopen(in.path.c_str(), "rb");
     if (f == nullptr) {
         *why = "cannot read " + in.path + ": " + std::strerror(errno);
         return false;
@@ -163,13 +333,27 @@ bool CorpusReader::open_file(std::string* why) {
     size_t got = 0;
     while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) text_.append(buf, got);
     const bool bad = std::ferror(f) != 0;
-    std::fclose(f);
-    if (bad) *why = "cannot read " + in.path + ": " + std::strerror(errno);
-    return !bad;
+    if (!from_stdin) std::fclose(f);
+    bytes_read_ += text_.size();
+    if (bad) {
+        *why = "cannot read " + display_name(in) + ": " + std::strerror(errno);
+        return false;
+    }
+    // A file's head was checked by expand_inputs; standard input's is checked now.
+    const std::string_view text(text_);
+    if (from_stdin)
+        return check_text_head(display_name(in), text.substr(0, kHeadBytes), false, why);
+    const size_t nul = text.find('\0', std::min(text.size(), kHeadBytes));
+    if (nul != std::string_view::npos) {
+        *why = in.path + " holds a NUL byte (at byte " + std::to_string(nul) + "), so it is " +
+               "binary, not text; give prepare_data text files, JSONL files or folders of them";
+        return false;
+    }
+    return true;
 }
 
 void CorpusReader::close_file() {
-    if (f_ != nullptr) std::fclose(f_);
+    if (f_ != nullptr && f_ != stdin) std::fclose(f_);
     f_ = nullptr;
     open_ = false;
     text_ = std::string();
@@ -194,12 +378,18 @@ bool CorpusReader::next_jsonl(Document* doc, std::string* why) {
         const ssize_t n = getline(&line_, &line_cap_, f_);
         if (n < 0) {
             if (std::ferror(f_)) {
-                *why = "cannot read " + files_[file_].path + ": " + std::strerror(errno);
+                *why = "cannot read " + display_name(files_[file_]) + ": " + std::strerror(errno);
             }
             return false;
         }
         ++line_no_;
+        bytes_read_ += (uint64_t)n;
         std::string_view line(line_, (size_t)n);
+        // Standard input's first line stands in for the head that expand_inputs checks of a file.
+        if (line_no_ == 1 && files_[file_].path == kStdin &&
+            !check_text_head(display_name(files_[file_]), line.substr(0, kHeadBytes), true, why)) {
+            return false;
+        }
         while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
         if (line_no_ == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);
         if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) {
@@ -207,7 +397,7 @@ bool CorpusReader::next_jsonl(Document* doc, std::string* why) {
             continue;
         }
         if (!json_text_field(line, &doc->text, why)) {
-            *why = files_[file_].path + " line " + std::to_string(line_no_) + ": " + *why;
+            *why = display_name(files_[file_]) + " line " + std::to_string(line_no_) + ": " + *why;
             return false;
         }
         doc->input_bytes = (uint64_t)n;
@@ -237,129 +427,6 @@ bool CorpusReader::next(Document* doc, std::string* why) {
         return true;
     }
     return false;
-}
-
-// ---- shard writer ------------------------------------------------------------------------
-
-namespace {
-const char* const kSplitNames[2] = {"train", "val"};
-}
-
-ShardWriter::ShardWriter(std::string dir, std::string name, long long shard_tokens)
-    : dir_(std::move(dir)), name_(std::move(name)), cap_(shard_tokens) {
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (ec || !fs::is_directory(dir_)) {
-        fail("cannot create the output folder " + dir_ + ": " +
-             (ec ? ec.message() : std::string("a file has that name")));
-    }
-}
-
-std::string ShardWriter::shard_name(int split, int index) const {
-    char num[16];
-    std::snprintf(num, sizeof(num), "%06d", index);
-    return name_ + "_" + kSplitNames[split] + "_" + num + ".bin";
-}
-
-std::string ShardWriter::shard_glob(int split) const {
-    return (fs::path(dir_) / (name_ + "_" + kSplitNames[split] + "_*.bin")).string();
-}
-
-void ShardWriter::write_tokenizer(const llmc::Tokenizer& tok) {
-    const std::string tmp = (fs::path(dir_) / ".tokenizer.bin.tmp").string();
-    temps_.emplace_back(tmp, (fs::path(dir_) / "tokenizer.bin").string());
-    // Probe first, so an unwritable folder gets our sentence and cleanup.
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) {
-        fail("cannot write in the output folder " + dir_ + ": " + std::strerror(errno));
-    }
-    std::fclose(f);
-    tok.write_tokenizer_file(tmp);
-}
-
-void ShardWriter::open_shard(int split) {
-    const std::string final_name = shard_name(split, stats_[split].shards);
-    const std::string tmp = (fs::path(dir_) / ("." + final_name + ".tmp")).string();
-    temps_.emplace_back(tmp, (fs::path(dir_) / final_name).string());
-    f_[split] = std::fopen(tmp.c_str(), "wb");
-    if (f_[split] == nullptr) fail("cannot create " + tmp + ": " + std::strerror(errno));
-    const int32_t header[llmc::kShardHeaderInts] = {};  // the real one is written on close
-    if (std::fwrite(header, sizeof(header), 1, f_[split]) != 1) {
-        fail("cannot write " + tmp + ": " + std::strerror(errno));
-    }
-    in_shard_[split] = 0;
-    stats_[split].shards++;
-}
-
-void ShardWriter::close_shard(int split) {
-    std::FILE* f = f_[split];
-    f_[split] = nullptr;
-    int32_t header[llmc::kShardHeaderInts] = {};
-    header[0] = llmc::kShardMagic;
-    header[1] = llmc::kShardVersion;
-    header[2] = (int32_t)in_shard_[split];
-    stats_[split].last_shard_tokens = in_shard_[split];
-    bool ok = std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(header, sizeof(header), 1, f) == 1;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok) fail("cannot write a token shard in " + dir_ + ": " + std::strerror(errno));
-}
-
-void ShardWriter::write(int split, const uint16_t* tokens, size_t n) {
-    while (n > 0) {
-        if (f_[split] == nullptr) open_shard(split);
-        const size_t k = std::min(n, (size_t)(cap_ - in_shard_[split]));
-        if (std::fwrite(tokens, sizeof(uint16_t), k, f_[split]) != k) {
-            fail("cannot write a token shard in " + dir_ + ": " + std::strerror(errno) +
-                 " (disk full?)");
-        }
-        in_shard_[split] += (long long)k;
-        stats_[split].tokens += (long long)k;
-        tokens += k;
-        n -= k;
-        if (in_shard_[split] == cap_) close_shard(split);
-    }
-}
-
-void ShardWriter::remove_stale_shards(const std::set<std::string>& fresh) {
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-        const std::string f = e.path().filename().string();
-        for (const char* split : kSplitNames) {
-            const std::string prefix = name_ + "_" + split + "_";
-            const bool ours = f.size() == prefix.size() + 10 && f.rfind(prefix, 0) == 0 &&
-                              f.compare(f.size() - 4, 4, ".bin") == 0 &&
-                              f.find_first_not_of("0123456789", prefix.size()) == f.size() - 4;
-            std::error_code er;
-            if (ours && fresh.count(f) == 0 && fs::remove(e.path(), er)) ++stale_removed_;
-        }
-    }
-}
-
-void ShardWriter::finish() {
-    for (int split : {kTrain, kVal}) {
-        if (f_[split] != nullptr) close_shard(split);
-    }
-    std::set<std::string> fresh;
-    for (const auto& t : temps_) fresh.insert(fs::path(t.second).filename().string());
-    while (!temps_.empty()) {
-        const auto& t = temps_.back();
-        if (std::rename(t.first.c_str(), t.second.c_str()) != 0) {
-            fail("cannot rename " + t.first + " to " + t.second + ": " + std::strerror(errno));
-        }
-        temps_.pop_back();
-    }
-    remove_stale_shards(fresh);
-}
-
-void ShardWriter::fail(const std::string& sentence) {
-    for (std::FILE*& f : f_) {
-        if (f != nullptr) std::fclose(f);
-        f = nullptr;
-    }
-    for (const auto& t : temps_) std::remove(t.first.c_str());
-    if (isatty(2)) std::fputs("\r\033[K", stderr);  // clear a half-drawn progress bar
-    std::fprintf(stderr, "error: %s\n", sentence.c_str());
-    std::exit(1);
 }
 
 }  // namespace prep

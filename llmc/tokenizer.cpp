@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -624,9 +625,17 @@ std::string Tokenizer::decode(const int* ids, size_t n) const {
 }
 
 void Tokenizer::write_tokenizer_file(const std::string& path) const {
+    std::string why;
+    LLMC_CHECK(write_tokenizer_file(path, &why), "%s", why.c_str());
+}
+
+bool Tokenizer::write_tokenizer_file(const std::string& path, std::string* why) const {
     LLMC_CHECK(eot_ >= 0, "write_tokenizer_file called before a successful load");
     std::FILE* f = std::fopen(path.c_str(), "wb");
-    LLMC_CHECK(f != nullptr, "cannot create the tokenizer file %s", path.c_str());
+    if (f == nullptr) {
+        *why = "cannot create the tokenizer file " + path + ": " + std::strerror(errno);
+        return false;
+    }
     int32_t header[256] = {};
     header[0] = kTokenizerMagic;
     header[1] = 2;
@@ -642,7 +651,8 @@ void Tokenizer::write_tokenizer_file(const std::string& path) const {
              std::fwrite(token_bytes_.data() + token_offsets_[id], 1, len, f) == len;
     }
     ok = (std::fclose(f) == 0) && ok;
-    LLMC_CHECK(ok, "writing the tokenizer file %s failed (disk full?)", path.c_str());
+    if (!ok) *why = "writing the tokenizer file " + path + " failed (disk full?)";
+    return ok;
 }
 
 }  // namespace llmc

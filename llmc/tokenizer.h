@@ -48,6 +48,8 @@ class Tokenizer {
     int eot() const { return eot_; }  // 50256 (<|endoftext|>); -1 before a successful load
     // Writes the llm.c tokenizer file (format above); exits with a sentence if it cannot.
     void write_tokenizer_file(const std::string& path) const;
+    // The same, but returns false with one sentence in *why instead of exiting.
+    bool write_tokenizer_file(const std::string& path, std::string* why) const;
 
   private:
     void build_tables();  // the lookup tables, from token_bytes_ / token_offsets_
