@@ -4,8 +4,9 @@
 //
 // Inputs, read in the order given: text files, directories (every regular file below, sorted by
 // path bytes; hidden names, links to folders and the output folder skipped), and JSONL files
-// (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" is the
-// document; blank lines are skipped. Text files are read whole; JSONL files line by line.
+// (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" (--field) is
+// the document; blank lines are skipped; JSON files (*.json, or --format json): one array of such
+// objects, each a document (TinyStories' files). Text files are read whole; JSONL files line by line.
 // Documents: a text file is one document, or several cut at each --doc-sep string (the separator
 // itself is dropped); a JSONL line is one. Each document is written as EOT (50256) followed by
 // its tokens; empty documents are skipped (they still count in the document index below).
@@ -60,6 +61,7 @@ struct Options {
     uint64_t seed = 1;                   // seed of the document hash
     std::string doc_sep;                 // empty: a text file is one document
     InputFormat format = InputFormat::kAuto;
+    std::string field = "text";         // the JSON field that holds a document
     int threads = 0;                    // 0: every core
     long long segment_bytes = 1 << 18;  // encoding work unit (does not change the output)
 };
@@ -70,8 +72,9 @@ void print_help() {
         "\n"
         "Tokenizes text with GPT-2's BPE into llm.c token shards, OUT_DIR/NAME_train_000000.bin\n"
         "... and OUT_DIR/NAME_val_000000.bin ..., and writes OUT_DIR/tokenizer.bin. INPUT: a\n"
-        "text file (one document), a folder (every file below it, sorted; hidden ones skipped)\n"
-        "or a JSONL file (*.jsonl: one JSON object per line with a string field \"text\").\n"
+        "text file (one document), a folder (every file below it, sorted; hidden ones skipped),\n"
+        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\", or --field)\n"
+        "or a JSON file (*.json: an array of such objects).\n"
         "Each document is EOT (50256) then its tokens. The output does not depend on --threads.\n"
         "\n"
         "  -o, --out DIR       output folder, created if missing (required)\n"
@@ -87,8 +90,10 @@ void print_help() {
         "  --seed S            seed of that hash (default 1)\n"
         "  --doc-sep STR       cut text files into documents at each STR, dropping it; \\n \\t\n"
         "                      \\r \\\\ are escapes (default: one document per file)\n"
-        "  --format F          auto (*.jsonl is JSONL, the rest text), text or jsonl\n"
-        "                      (default auto)\n"
+        "  --format F          auto (*.jsonl is JSONL, *.json a JSON array of objects, the\n"
+        "                      rest text), text, jsonl or json (default auto)\n"
+        "  --field NAME        the string field of each JSON object that holds the document\n"
+        "                      (default text; TinyStories: story)\n"
         "  --threads N         encoding threads (default: every core)\n"
         "  --segment-bytes N   encoding work unit; does not change the output (default 262144)\n"
         "  -h, --help          this text\n"
@@ -145,7 +150,8 @@ InputFormat parse_format(const std::string& s) {
     if (s == "auto") return InputFormat::kAuto;
     if (s == "text") return InputFormat::kText;
     if (s == "jsonl") return InputFormat::kJsonl;
-    usage_error("--format must be auto, text or jsonl, not '" + s + "'");
+    if (s == "json") return InputFormat::kJson;
+    usage_error("--format must be auto, text, jsonl or json, not '" + s + "'");
 }
 
 // Sets option `a` from its value `v`; false for an unknown option.
@@ -169,6 +175,9 @@ bool set_option(Options* o, const std::string& a, const char* v) {
         if (o->doc_sep.empty()) usage_error("--doc-sep must not be empty");
     } else if (a == "--format") {
         o->format = parse_format(v);
+    } else if (a == "--field") {
+        o->field = v;
+        if (o->field.empty()) usage_error("--field must not be empty");
     } else if (a == "--threads") {
         o->threads = (int)parse_count(a, v, 1);
     } else if (a == "--segment-bytes") {
@@ -433,7 +442,7 @@ int main(int argc, char** argv) {
 
     Progress progress;
     for (const InputFile& f : files) progress.total_bytes += f.bytes;
-    CorpusReader reader(files, o.doc_sep);
+    CorpusReader reader(files, o.doc_sep, o.field);
     Router router(o, &out, (uint16_t)tok.eot());
     // Enough text per batch that every thread has many segments to take.
     const size_t batch_bytes = std::max<size_t>(16u << 20, (size_t)o.threads * (4u << 20));

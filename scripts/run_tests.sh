@@ -49,9 +49,11 @@ run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
     run test_prepare_data bash dev/test_prepare_data.sh
     run test_prepare_hellaswag env PY="$PY" bash dev/test_prepare_hellaswag.sh
+    run test_datasets bash dev/test_datasets.sh
 else
     skip test_prepare_data "GPT-2's tokenizer files unavailable (scripts/tokenizer_files.sh build/tokenizer failed)"
     skip test_prepare_hellaswag "GPT-2's tokenizer files unavailable"
+    skip test_datasets "GPT-2's tokenizer files unavailable"
 fi
 
 # --- CPU reference against PyTorch ----------------------------------------------------------
