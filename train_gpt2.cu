@@ -434,15 +434,17 @@ std::string format_duration(double seconds) {
     return buf;
 }
 
-// HellaSwag on the model as trained so far: printed, and added to the step's log records.
+// HellaSwag on the model as trained so far: printed, and added to the step's log records (rec:
+// null for the evaluation before the first step, which has no record in log.jsonl).
 void log_hellaswag(const Context& ctx, GPT2* model, const HellaSwagEval& ev, int step,
                    StepRecord* rec, const LlmcLog& llmc_log) {
-    const HellaSwagResult h = hellaswag_evaluate(ctx, model, ev);
+    const HellaSwagResult h = hellaswag_evaluate(ctx, model, ev, step);
     const double n = h.score.examples > 0 ? h.score.examples : 1;
     std::printf("hellaswag %d/%d = %.4f (lowest summed loss: %d = %.4f) (step %d, %.2f s)\n",
                 h.score.correct, h.score.examples, h.score.correct / n, h.score.correct_sum,
                 h.score.correct_sum / n, step, h.seconds);
-    rec->extra += (rec->extra.empty() ? "" : ", ") + eval_score_json(h.score, h.seconds);
+    if (rec != nullptr)
+        rec->extra += (rec->extra.empty() ? "" : ", ") + eval_score_json(h.score, h.seconds);
     llmc_log.eval(step, (float)(h.score.correct / n));
 }
 
@@ -636,6 +638,9 @@ int main(int argc, char** argv) {
     std::vector<double> step_ms, data_ms, wall_ms;
     std::vector<float> losses;
     const int first_step = (int)run.step + 1;
+    // As llm.c: with --eval-every, HellaSwag also scores the model a new run starts from.
+    if (has_hellaswag && tc.eval_every > 0 && run.step == 0)
+        log_hellaswag(ctx, &model, hellaswag, 0, nullptr, llmc_log);
     auto timed_since = std::chrono::steady_clock::now();  // for the ETA, from the third step on
     bool stopped = false, checkpoint_ok = true;
     for (int step = first_step; step <= tc.steps; step++) {

@@ -6,10 +6,11 @@
 // path bytes; hidden names, links to folders and the output folder skipped), and JSONL files
 // (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" (--field) is
 // the document; blank lines are skipped; JSON files (*.json, or --format json): one array of such
-// objects, each a document (TinyStories' files). Text files are read whole; JSONL files line by line.
-// Documents: a text file is one document, or several cut at each --doc-sep string (the separator
-// itself is dropped); a JSONL line is one. Each document is written as EOT (50256) followed by
-// its tokens; empty documents are skipped (they still count in the document index below).
+// objects, each a document (TinyStories' files). Text files are read whole; JSONL files line by
+// line. Documents: a text file is one document, or several cut at each --doc-sep string (the
+// separator itself is dropped); a JSONL line is one. Each document is written as EOT (50256)
+// followed by its tokens; empty documents are skipped (they still count in the document index
+// below).
 //
 // Validation split, fixed by the inputs and --seed alone, never by threads or shard size:
 //   --val-fraction F (default 0.05): document i goes to val when splitmix64(splitmix64(seed) ^ i),
@@ -73,7 +74,8 @@ void print_help() {
         "Tokenizes text with GPT-2's BPE into llm.c token shards, OUT_DIR/NAME_train_000000.bin\n"
         "... and OUT_DIR/NAME_val_000000.bin ..., and writes OUT_DIR/tokenizer.bin. INPUT: a\n"
         "text file (one document), a folder (every file below it, sorted; hidden ones skipped),\n"
-        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\", or --field)\n"
+        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\", or "
+        "--field)\n"
         "or a JSON file (*.json: an array of such objects).\n"
         "Each document is EOT (50256) then its tokens. The output does not depend on --threads.\n"
         "\n"

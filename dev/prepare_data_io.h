@@ -28,8 +28,8 @@ struct InputFile {
 
 // Expands the command line's inputs in order: a file stays, a folder becomes every regular file
 // below it (names starting with '.' skipped, and out_dir skipped when it lies inside), sorted
-// by path bytes. kAuto reads *.jsonl as JSONL, *.json as a JSON array and anything else as text. False with one sentence
-// in *why for a missing path, a broken link or a special file.
+// by path bytes. kAuto reads *.jsonl as JSONL, *.json as a JSON array and anything else as text.
+// False with one sentence in *why for a missing path, a broken link or a special file.
 bool expand_inputs(const std::vector<std::string>& inputs, InputFormat format,
                    const std::string& out_dir, std::vector<InputFile>* files, std::string* why);
 
@@ -92,7 +92,7 @@ class CorpusReader {
     std::vector<InputFile> files_;
     std::string sep_;
     std::string field_;  // the JSON field that holds a document
-    size_t file_ = 0;  // index of the file being read
+    size_t file_ = 0;    // index of the file being read
     bool open_ = false;
     std::FILE* f_ = nullptr;  // the open JSONL file
     char* line_ = nullptr;

@@ -1,5 +1,7 @@
 // hellaswag_eval.cu: HellaSwag-style evaluation with the GPU model (see hellaswag_eval.cuh).
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "hellaswag_eval.cuh"
 #include "multi_gpu.cuh"
@@ -23,7 +25,41 @@ void hellaswag_eval_init(const std::string& path, const GPT2Config& cfg, int B, 
         for (const EvalRow& r : b.rows) ev->positions += r.length;
 }
 
-HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* m, const HellaSwagEval& ev) {
+namespace {
+
+// LLMC_HELLASWAG_LOSSES=PREFIX: each evaluation writes PREFIX_SSSSSSSS.txt
+// (PREFIX_SSSSSSSS.rankR.txt with several ranks), a line per example in scripts/hellaswag_ref.py
+// --losses's format: index, label, the mean-loss and summed-loss predictions, the K mean losses,
+// the K summed losses.
+void write_losses(const HellaSwagEval& ev, const EvalLosses& losses,
+                  const std::vector<int>& predicted, int step, int rank) {
+    const char* prefix = std::getenv("LLMC_HELLASWAG_LOSSES");
+    if (prefix == nullptr || *prefix == '\0') return;
+    char path[1024];
+    if (rank < 0)
+        std::snprintf(path, sizeof(path), "%s_%08d.txt", prefix, step);
+    else
+        std::snprintf(path, sizeof(path), "%s_%08d.rank%d.txt", prefix, step, rank);
+    FILE* f = std::fopen(path, "w");
+    LLMC_CHECK(f != nullptr, "LLMC_HELLASWAG_LOSSES: cannot write '%s'.", path);
+    for (int i = ev.begin; i < ev.end; i++) {
+        const size_t k = ev.examples[i].endings.size();
+        const size_t base = (size_t)i * losses.max_endings;
+        int best_sum = 0;
+        for (size_t j = 1; j < k; j++)
+            if (losses.sum[base + j] < losses.sum[base + best_sum]) best_sum = (int)j;
+        std::fprintf(f, "%d %d %d %d", i, ev.examples[i].label, predicted[i - ev.begin], best_sum);
+        for (size_t j = 0; j < k; j++)
+            std::fprintf(f, " %.9g", losses.sum[base + j] / losses.count[base + j]);
+        for (size_t j = 0; j < k; j++) std::fprintf(f, " %.9g", losses.sum[base + j]);
+        std::fprintf(f, "\n");
+    }
+    std::fclose(f);
+}
+
+}  // namespace
+
+HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* m, const HellaSwagEval& ev, int step) {
     NvtxRange range("hellaswag");
     const auto t0 = std::chrono::steady_clock::now();
     const size_t N = (size_t)m->B * m->T;
@@ -39,7 +75,9 @@ HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* m, const HellaSwagE
     }
     std::copy(train_batch.begin(), train_batch.end(), m->io.tokens);
     HellaSwagResult r;
-    r.score = eval_score(ev.examples, losses, ev.begin, ev.end);
+    std::vector<int> predicted;
+    r.score = eval_score(ev.examples, losses, ev.begin, ev.end, &predicted);
+    write_losses(ev, losses, predicted, step, m->dist != nullptr ? m->dist->env.rank : -1);
     if (m->dist != nullptr) {
         // Counts up to 65535 are exact in float.
         r.score.examples =

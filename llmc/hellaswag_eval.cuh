@@ -28,6 +28,10 @@ struct HellaSwagResult {
     double seconds = 0;     // wall time of this rank's share, reductions included
 };
 
-// Evaluates the whole file with the model as it is. io.tokens' micro-batch 0 is restored at the
-// end, so the next training step sees its own batch; synchronises.
-HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* model, const HellaSwagEval& ev);
+// Evaluates the whole file with the model as it is after `step` steps. io.tokens' micro-batch 0
+// is restored at the end, so the next training step sees its own batch; synchronises. With
+// LLMC_HELLASWAG_LOSSES=PREFIX set, each rank also writes its examples' ending losses to
+// PREFIX_SSSSSSSS.txt (scripts/hellaswag_ref.py --losses's format; .rankR before .txt with
+// several ranks), for comparing with the PyTorch reference (scripts/test_hellaswag.sh).
+HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* model, const HellaSwagEval& ev,
+                                   int step);

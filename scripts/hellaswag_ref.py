@@ -70,6 +70,9 @@ def main():
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--batch", type=int, default=32, help="rows per forward (32)")
     p.add_argument("--losses", help="write the per-example losses here")
+    p.add_argument("--autocast", action="store_true",
+                   help="run under torch.autocast(bfloat16): PyTorch's own bf16 error, the "
+                   "baseline of the bf16 build's bound (scripts/test_hellaswag.sh)")
     a = p.parse_args()
     import torch
     import torch.nn.functional as F
@@ -102,7 +105,9 @@ def main():
             for r, (_, _, toks, _, _) in enumerate(chunk):
                 x[r, :len(toks) - 1] = torch.tensor(toks[:-1])
                 y[r, :len(toks) - 1] = torch.tensor(toks[1:])
-            logits, _ = model(x.to(device))
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                enabled=a.autocast):
+                logits, _ = model(x.to(device))
             losses = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
                                      y.to(device).reshape(-1), reduction="none")
             losses = losses.view(len(chunk), width).double().cpu()
