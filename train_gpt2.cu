@@ -20,6 +20,9 @@
 #include "checkpoint.cuh"
 #include "dataloader.h"
 #include "gpt2.cuh"
+#include "gpu_monitor.h"
+#include "hellaswag_eval.cuh"
+#include "llmc_log.h"
 #include "mfu.h"
 #include "model_init.h"
 #include "multi_gpu.cuh"
@@ -380,11 +383,18 @@ bool save_checkpoint(const Context& ctx, const GPT2& model, const TrainConfig& t
     return true;
 }
 
-// DIR/model.bin: the final checkpoint's model file, as a hard link (a copy where links fail).
-void write_final_model(const std::string& dir, long long step, const GPT2Config& cfg) {
+// DIR/model.bin: the final checkpoint's model file, as a hard link (a copy where links fail);
+// with --model-dtype bf16 its parameters rounded to bf16 (model file version 5, llm.c's bf16).
+void write_final_model(const std::string& dir, long long step, const GPT2Config& cfg,
+                       const std::string& dtype) {
     const std::string path = dir + "/model.bin", src = checkpoint_model_path(dir, step);
     std::remove(path.c_str());
-    if (link(src.c_str(), path.c_str()) != 0) {
+    if (dtype == "bf16") {
+        GPT2Config c;
+        std::vector<float> params;
+        read_model_file(src, &c, &params, nullptr);
+        write_model_file(path, cfg, params.data(), 5);
+    } else if (link(src.c_str(), path.c_str()) != 0) {
         GPT2Config c;
         std::vector<float> params;
         int version = 0;
@@ -422,6 +432,40 @@ std::string format_duration(double seconds) {
     else
         std::snprintf(buf, sizeof(buf), "%llds", s);
     return buf;
+}
+
+// HellaSwag on the model as trained so far: printed, and added to the step's log records (rec:
+// null for the evaluation before the first step, which has no record in log.jsonl).
+void log_hellaswag(const Context& ctx, GPT2* model, const HellaSwagEval& ev, int step,
+                   StepRecord* rec, const LlmcLog& llmc_log) {
+    const HellaSwagResult h = hellaswag_evaluate(ctx, model, ev, step);
+    const double n = h.score.examples > 0 ? h.score.examples : 1;
+    std::printf("hellaswag %d/%d = %.4f (lowest summed loss: %d = %.4f) (step %d, %.2f s)\n",
+                h.score.correct, h.score.examples, h.score.correct / n, h.score.correct_sum,
+                h.score.correct_sum / n, step, h.seconds);
+    if (rec != nullptr)
+        rec->extra += (rec->extra.empty() ? "" : ", ") + eval_score_json(h.score, h.seconds);
+    llmc_log.eval(step, (float)(h.score.correct / n));
+}
+
+// NVML for --gpu-log; without it one line says why and the run goes on.
+void open_gpu_monitor(const Context& ctx, GpuMonitor* monitor) {
+    std::string why;
+    if (!monitor->open(ctx.props.pciDomainID, ctx.props.pciBusID, ctx.props.pciDeviceID, &why))
+        std::printf("gpu log          off: %s\n", why.c_str());
+}
+
+// One telemetry sample into the step's record, and the warning when throttling first shows.
+void log_gpu_sample(GpuMonitor* monitor, int step, StepRecord* rec) {
+    GpuSample s;
+    std::string why;
+    if (!monitor->sample(&s, &why)) {
+        std::fprintf(stderr, "warning: no GPU telemetry at step %d: %s\n", step, why.c_str());
+        return;
+    }
+    rec->extra += (rec->extra.empty() ? "" : ", ") + gpu_sample_json(s);
+    const std::string warning = monitor->throttle_warning(step, s);
+    if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
 }
 
 // What every rank must agree on: the command line, the build and the world size.
@@ -502,6 +546,10 @@ int main(int argc, char** argv) {
     const bool has_val = !tc.val_pattern.empty();
     TokenTable sample_decoder;
     const bool has_decoder = load_sample_decoder(tc, &sample_decoder);
+    HellaSwagEval hellaswag;
+    const bool has_hellaswag = !tc.hellaswag.empty();
+    if (has_hellaswag)
+        hellaswag_eval_init(tc.hellaswag, cfg, tc.B, tc.T, env.rank, env.world_size, &hellaswag);
 
     // A resume replaces the initial weights with the checkpoint's, after checking that this run
     // (shape, batch, data, seed, precision) can continue it.
@@ -569,6 +617,16 @@ int main(int argc, char** argv) {
         write_run_config(tc, cfg, ctx, run.step);
         log.open(tc.output_dir + "/log.jsonl", resume_state.empty() ? -1 : run.step);
     }
+    LlmcLog llmc_log;
+    if (root && !tc.llmc_log.empty())
+        llmc_log.open(tc.llmc_log, resume_state.empty() ? -1 : run.step);
+    GpuMonitor gpu_monitor;
+    if (root && tc.gpu_log > 0) open_gpu_monitor(ctx, &gpu_monitor);
+    if (has_hellaswag)
+        std::printf(
+            "hellaswag        %s: %zu examples, %zu forwards of B*T tokens per evaluation%s\n",
+            tc.hellaswag.c_str(), hellaswag.examples.size(), hellaswag.batches.size(),
+            env.world_size > 1 ? " on this rank" : "");
     install_stop_handlers();
 
     // Per GPU: MFU compares one GPU's share of the step's FLOPs with one GPU's peak.
@@ -580,6 +638,9 @@ int main(int argc, char** argv) {
     std::vector<double> step_ms, data_ms, wall_ms;
     std::vector<float> losses;
     const int first_step = (int)run.step + 1;
+    // As llm.c: with --eval-every, HellaSwag also scores the model a new run starts from.
+    if (has_hellaswag && tc.eval_every > 0 && run.step == 0)
+        log_hellaswag(ctx, &model, hellaswag, 0, nullptr, llmc_log);
     auto timed_since = std::chrono::steady_clock::now();  // for the ETA, from the third step on
     bool stopped = false, checkpoint_ok = true;
     for (int step = first_step; step <= tc.steps; step++) {
@@ -653,6 +714,12 @@ int main(int argc, char** argv) {
             std::printf("val loss %.6f (step %d, %d batches)\n", rec.val_loss, step,
                         tc.val_batches);
         }
+        if (has_hellaswag && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps))
+            log_hellaswag(ctx, &model, hellaswag, step, &rec, llmc_log);
+        if (gpu_monitor.is_open() && step % tc.gpu_log == 0)
+            log_gpu_sample(&gpu_monitor, step, &rec);
+        llmc_log.train(step, rec.loss, rec.lr, rec.norm);
+        if (rec.has_val) llmc_log.val(step, rec.val_loss);
         if (root && tc.sample_every > 0 && !rec.skipped &&
             (step % tc.sample_every == 0 || step == tc.steps))
             print_sample(ctx, &model, tc, has_decoder ? &sample_decoder : nullptr, step, &log);
@@ -738,7 +805,7 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
     if (root && has_output && checkpoint_ok && run.step == tc.steps)
-        write_final_model(tc.output_dir, run.step, cfg);
+        write_final_model(tc.output_dir, run.step, cfg, tc.model_dtype);
     if (stopped && run.step < tc.steps) {
         if (!has_output)
             std::printf("stopped after step %lld; no -o, so no checkpoint was written\n", run.step);

@@ -4,16 +4,17 @@
 //
 // Inputs, read in the order given: text files, directories (every regular file below, sorted by
 // path bytes; hidden names, links to folders and the output folder skipped), JSONL files
-// (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" is the
-// document; blank lines are skipped, and "-", standard input (text, or JSONL with --format
-// jsonl). Text files are read whole; JSONL files line by line. Every input must be UTF-8 text:
-// compressed data, llm.c's binary files, UTF-16 and files holding NUL bytes or mostly invalid
-// UTF-8 are refused with a sentence (check_text_head), before anything is written.
+// (*.jsonl, or --format jsonl): one JSON object per line whose string field "text" (--field) is
+// the document; blank lines are skipped; JSON files (*.json, or --format json): one array of such
+// objects, each a document (TinyStories' files); and "-", standard input (text, or JSONL / JSON
+// with --format). Text and JSON files are read whole; JSONL files line by line. Every input must
+// be UTF-8 text: compressed data, llm.c's binary files, UTF-16 and files holding NUL bytes or
+// mostly invalid UTF-8 are refused with a sentence (check_text_head), before anything is written.
 // Documents: a text file is one document, or several cut at each --doc-sep string (the separator
-// itself is dropped); a JSONL line is one. Each document is written as EOT (50256) followed by
-// its tokens; empty documents are skipped (they still count in the document index below). A
-// literal "<|endoftext|>" in a document is text (7 tokens, and a warning counts them), or with
-// --special-eot the EOT token.
+// itself is dropped); a JSONL line or a JSON array element is one. Each document is written as
+// EOT (50256) followed by its tokens; empty documents are skipped (they still count in the
+// document index below). A literal "<|endoftext|>" in a document is text (7 tokens, and a
+// warning counts them), or with --special-eot the EOT token.
 //
 // Validation split, fixed by the inputs and --seed alone, never by threads or shard size:
 //   --val-fraction F (default 0.05): document i goes to val when splitmix64(splitmix64(seed) ^ i),
@@ -75,6 +76,7 @@ struct Options {
     std::string doc_sep;                 // empty: a text file is one document
     InputFormat format = InputFormat::kAuto;
     bool special_eot = false;           // a literal "<|endoftext|>" becomes the EOT token
+    std::string field = "text";         // the JSON field that holds a document
     long long threads = 0;              // as asked; 0: every core
     long long segment_bytes = 1 << 18;  // encoding work unit (does not change the output)
 };
@@ -86,9 +88,10 @@ void print_help() {
         "Tokenizes text with GPT-2's BPE into llm.c token shards, OUT_DIR/NAME_train_000000.bin\n"
         "... and OUT_DIR/NAME_val_000000.bin ..., and writes OUT_DIR/tokenizer.bin. INPUT: a\n"
         "text file (one document), a folder (every file below it, sorted; hidden ones skipped),\n"
-        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\"), or - for\n"
-        "standard input (text, or JSONL with --format jsonl). Each document is EOT (50256) then\n"
-        "its tokens. The output does not depend on --threads.\n"
+        "a JSONL file (*.jsonl: one JSON object per line with a string field \"text\", or\n"
+        "--field), a JSON file (*.json: an array of such objects), or - for standard input\n"
+        "(text, or JSONL / JSON with --format). Each document is EOT (50256) then its tokens.\n"
+        "The output does not depend on --threads.\n"
         "\n"
         "  -o, --out DIR       output folder, created if missing (required)\n"
         "  --tokenizer DIR     folder with GPT-2's encoder.json and vocab.bpe, which\n"
@@ -110,8 +113,10 @@ void print_help() {
         "  --special-eot       write each literal <|endoftext|> in the text as the EOT token\n"
         "                      (as tiktoken's allowed_special does), not as 7 text tokens;\n"
         "                      without it a warning counts them\n"
-        "  --format F          auto (*.jsonl is JSONL, the rest text), text or jsonl\n"
-        "                      (default auto)\n"
+        "  --format F          auto (*.jsonl is JSONL, *.json a JSON array of objects, the\n"
+        "                      rest text), text, jsonl or json (default auto)\n"
+        "  --field NAME        the string field of each JSON object that holds the document\n"
+        "                      (default text; TinyStories: story)\n"
         "  --threads N         encoding threads (default: every core); more than 4 per core\n"
         "                      are capped, and if the system refuses to start some, the run\n"
         "                      goes on with those it has\n"
@@ -182,13 +187,24 @@ InputFormat parse_format(const std::string& s) {
     if (s == "auto") return InputFormat::kAuto;
     if (s == "text") return InputFormat::kText;
     if (s == "jsonl") return InputFormat::kJsonl;
-    usage_error("--format must be auto, text or jsonl, not '" + s + "'");
+    if (s == "json") return InputFormat::kJson;
+    usage_error("--format must be auto, text, jsonl or json, not '" + s + "'");
 }
 
 // Options that take a value, and the one flag.
-constexpr const char* kValueOptions[] = {
-    "-o",           "--out",  "--tokenizer", "--name",   "--shard-tokens", "--val-fraction",
-    "--val-tokens", "--seed", "--doc-sep",   "--format", "--threads",      "--segment-bytes"};
+constexpr const char* kValueOptions[] = {"-o",
+                                         "--out",
+                                         "--tokenizer",
+                                         "--name",
+                                         "--shard-tokens",
+                                         "--val-fraction",
+                                         "--val-tokens",
+                                         "--seed",
+                                         "--doc-sep",
+                                         "--format",
+                                         "--field",
+                                         "--threads",
+                                         "--segment-bytes"};
 constexpr const char* kSpecialEot = "--special-eot";
 
 bool takes_value(const std::string& a) {
@@ -223,6 +239,9 @@ void set_option(Options* o, const std::string& a, const char* v) {
         if (o->doc_sep.empty()) usage_error("--doc-sep must not be empty");
     } else if (a == "--format") {
         o->format = parse_format(v);
+    } else if (a == "--field") {
+        o->field = v;
+        if (o->field.empty()) usage_error("--field must not be empty");
     } else if (a == "--threads") {
         o->threads = parse_count(a, v, 1);
     } else if (a == "--segment-bytes") {
@@ -448,7 +467,7 @@ int main(int argc, char** argv) {
     out.create();
     out.write_tokenizer(tok);
 
-    CorpusReader reader(files, o.doc_sep);
+    CorpusReader reader(files, o.doc_sep, o.field);
     Router router(SplitRule{o.val_tokens, o.val_fraction, o.seed}, &out, (uint16_t)tok.eot());
     // Enough text per batch that every thread has many segments to take, within memory.
     const size_t batch_bytes =

@@ -28,6 +28,11 @@ bool is_jsonl_name(const std::string& path) {
     return ext == ".jsonl" || ext == ".JSONL";
 }
 
+bool is_json_name(const std::string& path) {
+    const std::string ext = fs::path(path).extension().string();
+    return ext == ".json" || ext == ".JSON";
+}
+
 // The first kHeadBytes of a file (fewer when it is shorter). False with *why if it cannot be read.
 bool read_head(const std::string& path, std::string* head, std::string* why) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -62,6 +67,8 @@ bool add_file(const fs::path& p, InputFormat format, std::vector<InputFile>* fil
     f.path = p.string();
     f.jsonl =
         format == InputFormat::kJsonl || (format == InputFormat::kAuto && is_jsonl_name(f.path));
+    f.json_array =
+        format == InputFormat::kJson || (format == InputFormat::kAuto && is_json_name(f.path));
     f.bytes = (uint64_t)fs::file_size(p, ec);
     std::string head;
     // data.jsonl.gz: the command that a refusal suggests reads it as JSONL.
@@ -114,7 +121,8 @@ bool expand_inputs(const std::vector<std::string>& inputs, InputFormat format,
                 return false;
             }
             have_stdin = true;
-            files->push_back(InputFile{kStdin, format == InputFormat::kJsonl, 0});
+            files->push_back(
+                InputFile{kStdin, format == InputFormat::kJsonl, format == InputFormat::kJson, 0});
             continue;
         }
         std::error_code ec;
@@ -297,8 +305,8 @@ bool in_val_split(long long index, uint64_t seed, double fraction) {
 
 // ---- corpus reader -----------------------------------------------------------------------
 
-CorpusReader::CorpusReader(std::vector<InputFile> files, std::string doc_sep)
-    : files_(std::move(files)), sep_(std::move(doc_sep)) {}
+CorpusReader::CorpusReader(std::vector<InputFile> files, std::string doc_sep, std::string field)
+    : files_(std::move(files)), sep_(std::move(doc_sep)), field_(std::move(field)) {}
 
 CorpusReader::~CorpusReader() {
     close_file();
@@ -396,7 +404,7 @@ bool CorpusReader::next_jsonl(Document* doc, std::string* why) {
             pending_bytes_ += (uint64_t)n;
             continue;
         }
-        if (!json_text_field(line, &doc->text, why)) {
+        if (!json_text_field(line, &doc->text, why, field_)) {
             *why = display_name(files_[file_]) + " line " + std::to_string(line_no_) + ": " + *why;
             return false;
         }
@@ -405,11 +413,24 @@ bool CorpusReader::next_jsonl(Document* doc, std::string* why) {
     }
 }
 
+// The next element of the open JSON array file (read whole, like a text file).
+bool CorpusReader::next_json_array(Document* doc, std::string* why) {
+    const size_t before = text_pos_;
+    if (!json_array_next(text_, &text_pos_, field_, &doc->text, why)) {
+        if (!why->empty()) *why = files_[file_].path + " " + *why;
+        return false;
+    }
+    doc->input_bytes = text_pos_ - before;
+    return true;
+}
+
 bool CorpusReader::next(Document* doc, std::string* why) {
     why->clear();
     while (file_ < files_.size()) {
         if (!open_ && !open_file(why)) return false;
-        const bool got = files_[file_].jsonl ? next_jsonl(doc, why) : next_text(doc);
+        const bool got = files_[file_].jsonl        ? next_jsonl(doc, why)
+                         : files_[file_].json_array ? next_json_array(doc, why)
+                                                    : next_text(doc);
         if (!why->empty()) return false;
         if (!got) {
             close_file();

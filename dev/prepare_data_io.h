@@ -24,11 +24,12 @@ class Tokenizer;
 
 namespace prep {
 
-enum class InputFormat { kAuto, kText, kJsonl };
+enum class InputFormat { kAuto, kText, kJsonl, kJson };
 
 struct InputFile {
     std::string path;  // kStdin: standard input
     bool jsonl = false;
+    bool json_array = false;  // a JSON array of objects (*.json), each one document
     uint64_t bytes = 0;       // 0 for standard input, whose size is not known in advance
     size_t invalid_utf8 = 0;  // bytes of ill-formed UTF-8 in its first kHeadBytes
 };
@@ -37,10 +38,10 @@ constexpr const char* kStdin = "-";
 
 // Expands the command line's inputs in order: a file stays, a folder becomes every regular file
 // below it (names starting with '.' skipped, and out_dir skipped when it lies inside), sorted
-// by path bytes, and "-" is standard input (once at most). kAuto reads *.jsonl as JSONL and
-// anything else (standard input too) as text. Every file's first kHeadBytes must pass
-// check_text_head. False with one sentence in *why for a missing path, a broken link, a special
-// file or a file that is not text.
+// by path bytes, and "-" is standard input (once at most). kAuto reads *.jsonl as JSONL, *.json as
+// a JSON array and anything else (standard input too) as text. Every file's first kHeadBytes must
+// pass check_text_head. False with one sentence in *why for a missing path, a broken link, a
+// special file or a file that is not text.
 bool expand_inputs(const std::vector<std::string>& inputs, InputFormat format,
                    const std::string& out_dir, std::vector<InputFile>* files, std::string* why);
 
@@ -55,10 +56,19 @@ constexpr size_t kHeadBytes = 1 << 16;
 bool check_text_head(const std::string& name, std::string_view head, bool jsonl, std::string* why,
                      size_t* invalid = nullptr);
 
-// One JSON object (a JSONL line): sets *text to its top-level "text" string, decoded (escapes,
-// \uXXXX with surrogate pairs; a lone surrogate becomes U+FFFD). False with *why (the column and
-// what is wrong) for malformed JSON, a line that is not an object, a missing or non-string "text".
-bool json_text_field(std::string_view line, std::string* text, std::string* why);
+// One JSON object (a JSONL line): sets *text to its top-level string field `field` ("text" by
+// default, prepare_data --field), decoded (escapes, \uXXXX with surrogate pairs; a lone surrogate
+// becomes U+FFFD). False with *why (the column and what is wrong) for malformed JSON, a line that
+// is not an object, a missing or non-string field.
+bool json_text_field(std::string_view line, std::string* text, std::string* why,
+                     const std::string& field = "text");
+
+// A JSON array of objects (a *.json file, e.g. TinyStories' data00.json), one element at a time:
+// *pos starts at 0 and is advanced past each element; *text receives the element's `field`.
+// Returns true with *text set, or false at the end (*why empty) or on an error (*why: the line
+// and column in `json` and what is wrong).
+bool json_array_next(std::string_view json, size_t* pos, const std::string& field,
+                     std::string* text, std::string* why);
 
 struct Document {
     std::string text;
@@ -87,7 +97,7 @@ bool in_val_split(long long index, uint64_t seed, double fraction);
 // holds a NUL byte past the head that expand_inputs checked; standard input is checked here.
 class CorpusReader {
   public:
-    CorpusReader(std::vector<InputFile> files, std::string doc_sep);
+    CorpusReader(std::vector<InputFile> files, std::string doc_sep, std::string field = "text");
     ~CorpusReader();
     CorpusReader(const CorpusReader&) = delete;
     CorpusReader& operator=(const CorpusReader&) = delete;
@@ -101,11 +111,13 @@ class CorpusReader {
     bool open_file(std::string* why);
     void close_file();
     bool next_jsonl(Document* doc, std::string* why);
+    bool next_json_array(Document* doc, std::string* why);
     bool next_text(Document* doc);
 
     std::vector<InputFile> files_;
     std::string sep_;
-    size_t file_ = 0;  // index of the file being read
+    std::string field_;  // the JSON field that holds a document
+    size_t file_ = 0;    // index of the file being read
     bool open_ = false;
     std::FILE* f_ = nullptr;  // the open JSONL file
     char* line_ = nullptr;

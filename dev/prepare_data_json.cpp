@@ -30,7 +30,7 @@ void append_utf8(uint32_t cp, std::string* out) {
 // A recursive-descent reader of one JSON text (RFC 8259) that keeps only what it is asked for.
 class JsonScanner {
   public:
-    explicit JsonScanner(std::string_view s) : s_(s) {}
+    JsonScanner(std::string_view s, const std::string& field) : s_(s), field_(field) {}
 
     bool text_field(std::string* text, std::string* why) {
         bool found = false;
@@ -39,8 +39,40 @@ class JsonScanner {
             *why = err_;
             return false;
         }
-        if (!found) *why = "the JSON object has no \"text\" field (each line needs one)";
+        if (!found) *why = "the JSON object has no \"" + field_ + "\" field (each line needs one)";
         return found;
+    }
+
+    // One element of a top-level array of objects; see json_array_next.
+    bool array_element(size_t* pos, std::string* text, std::string* why) {
+        pos_ = *pos;
+        if (pos_ == std::string_view::npos) return false;
+        if (pos_ == 0) {
+            if (s_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;
+            skip_ws();
+            if (peek() != '[') return located(why, "a .json input must be a JSON array of objects");
+            ++pos_;
+            skip_ws();
+            if (peek() == ']') return ++pos_, end_of_array(pos, why);
+        }
+        skip_ws();
+        const size_t start = pos_;
+        if (peek() != '{') return located(why, "each element of the array must be a JSON object");
+        bool found = false;
+        if (!object_with_text(text, &found)) return located(why, err_.c_str());
+        if (!found) {
+            pos_ = start;
+            return located(why, ("the object has no \"" + field_ + "\" field").c_str());
+        }
+        skip_ws();
+        if (peek() == ',') {
+            *pos = ++pos_;
+            return true;
+        }
+        if (peek() != ']') return located(why, "expected ',' or ']' after an array element");
+        ++pos_;
+        end_of_array(pos, why);  // this element is the last
+        return why->empty();
     }
 
   private:
@@ -49,7 +81,28 @@ class JsonScanner {
     bool fail(const std::string& what) {
         if (err_.empty()) {
             err_ = "malformed JSON at column " + std::to_string(pos_ + 1) + ": " + what;
+            err_pos_ = pos_;
+            err_what_ = what;
         }
+        return false;
+    }
+    // An error in a whole-file JSON text, by line and column.
+    bool located(std::string* why, const char* what) {
+        const size_t at = err_what_.empty() ? pos_ : err_pos_;
+        size_t line = 1, line_start = 0;
+        for (size_t i = 0; i < at && i < s_.size(); ++i) {
+            if (s_[i] == '\n') ++line, line_start = i + 1;
+        }
+        *why = "line " + std::to_string(line) + " column " + std::to_string(at - line_start + 1) +
+               ": " + (err_what_.empty() ? std::string(what) : "malformed JSON: " + err_what_);
+        return false;
+    }
+    // After the closing ']': only whitespace may follow. Marks the end (*pos = npos).
+    bool end_of_array(size_t* pos, std::string* why) {
+        skip_ws();
+        if (more()) return located(why, "unexpected text after the JSON array");
+        *pos = std::string_view::npos;
+        why->clear();
         return false;
     }
     bool more() const { return pos_ < s_.size(); }
@@ -86,9 +139,11 @@ class JsonScanner {
             if (peek() != '"') return fail("expected a key in double quotes");
             if (!string(&key) || !expect(':', "':' after a key")) return false;
             skip_ws();
-            if (key == "text") {
+            if (key == field_) {
                 if (peek() != '"') {
-                    err_ = std::string("\"text\" is ") + kind_of_value() + ", not a string";
+                    err_what_ = "\"" + field_ + "\" is " + kind_of_value() + ", not a string";
+                    err_ = err_what_;
+                    err_pos_ = pos_;
                     return false;
                 }
                 text->clear();
@@ -244,14 +299,24 @@ class JsonScanner {
     }
 
     std::string_view s_;
+    const std::string& field_;
     size_t pos_ = 0;
     std::string err_;
+    size_t err_pos_ = 0;
+    std::string err_what_;  // err_ without its column, for located()
 };
 
 }  // namespace
 
-bool json_text_field(std::string_view line, std::string* text, std::string* why) {
-    return JsonScanner(line).text_field(text, why);
+bool json_text_field(std::string_view line, std::string* text, std::string* why,
+                     const std::string& field) {
+    return JsonScanner(line, field).text_field(text, why);
+}
+
+bool json_array_next(std::string_view json, size_t* pos, const std::string& field,
+                     std::string* text, std::string* why) {
+    why->clear();
+    return JsonScanner(json, field).array_element(pos, text, why);
 }
 
 }  // namespace prep

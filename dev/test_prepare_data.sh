@@ -718,7 +718,7 @@ expect_usage "no input given" -o "$w/x"
 expect_usage "unknown option --bogus" -o "$w/x" --bogus 1 "$c/dir"
 expect_usage "--threads needs a whole number >= 1" -o "$w/x" --threads 0 "$c/dir"
 expect_usage "--val-fraction needs a number in [0, 1]" -o "$w/x" --val-fraction 1.5 "$c/dir"
-expect_usage "--format must be auto, text or jsonl" -o "$w/x" --format xml "$c/dir"
+expect_usage "--format must be auto, text, jsonl or json" -o "$w/x" --format xml "$c/dir"
 expect_usage "--shard-tokens needs a value" -o "$w/x" "$c/dir" --shard-tokens
 expect_usage "unknown option --bogus" -o "$w/x" "$c/dir" --bogus
 expect_usage "--special-eot takes no value" -o "$w/x" --special-eot=1 "$c/dir"

@@ -196,6 +196,14 @@ void gpt2_step(const Context& ctx, GPT2* model, bool use_graph);
 // returns the mean loss. logits_copy: as in gpt2_forward.
 float gpt2_eval_loss(const Context& ctx, GPT2* model, floatX* logits_copy = nullptr);
 
+// Per-position losses for evaluation (llmc/hellaswag.h): the forward of io.tokens' micro-batch 0
+// viewed as `rows` sequences of `row_len` tokens (rows * row_len <= B*T, row_len <= T; inputs in
+// the first rows * row_len ints of the micro-batch's inputs, targets likewise, all below V), as
+// gpt2_forward_logits_row runs on fewer rows; host_losses receives the rows * row_len losses
+// -log p(target). Outside the step's graph; synchronises; B and T are the model's again after.
+void gpt2_position_losses(const Context& ctx, GPT2* model, int rows, int row_len,
+                          float* host_losses);
+
 // Sampling: the forward of sequence 0 of io.tokens' micro-batch 0 alone (its T inputs and
 // targets, which must be token ids below V), then the logits of one position only,
 // lnf[pos] @ wte^T, whose V values land in host_out as fp32; synchronises. Outside the step's

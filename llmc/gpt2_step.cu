@@ -103,3 +103,25 @@ float gpt2_eval_loss(const Context& ctx, GPT2* m, floatX* logits_copy) {
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return m->io.results[0];
 }
+
+void gpt2_position_losses(const Context& ctx, GPT2* m, int rows, int row_len, float* host_losses) {
+    NvtxRange range("position losses");
+    const size_t N = (size_t)m->B * m->T;
+    LLMC_CHECK(rows > 0 && row_len > 0 && row_len <= m->T && (size_t)rows * row_len <= N,
+               "gpt2_position_losses: %d rows of %d tokens do not fit the model's B*T = %d*%d",
+               rows, row_len, m->B, m->T);
+    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, 2 * N * sizeof(int),
+                               cudaMemcpyHostToDevice, ctx.stream));
+    // Every buffer is sized for B*T rows of activations, so any (rows, row_len) view of at most
+    // that many positions runs in place; positions restart at 0 in each row of row_len.
+    const int full_B = m->B, full_T = m->T;
+    m->B = rows;
+    m->T = row_len;
+    gpt2_forward(ctx, m, m->d_tokens, m->d_tokens + N, nullptr, 0.0f,
+                 /*backward_classifier=*/false);
+    m->B = full_B;
+    m->T = full_T;
+    CUDA_CHECK(cudaMemcpyAsync(host_losses, m->acts.losses, (size_t)rows * row_len * sizeof(float),
+                               cudaMemcpyDeviceToHost, ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+}

@@ -95,6 +95,7 @@ void RunLog::write(const StepRecord& r) {
     put_float(file_, "ms", r.ms, "%.4f");
     put_float(file_, "tok_s", r.tok_s, "%.1f");
     put_float(file_, "mfu", r.mfu, "%.5f");
+    if (!r.extra.empty()) std::fprintf(file_, ", %s", r.extra.c_str());
     std::fprintf(file_, ", \"skipped\": %s}\n", r.skipped ? "true" : "false");
     std::fflush(file_);
 }

@@ -5,7 +5,11 @@
 //    "tok_s": 127000, "mfu": 0.221, "skipped": false}
 // loss and val_loss are printed with 9 significant digits, enough to tell every fp32 value
 // apart, so two runs can be compared bit for bit from their logs; val_loss only on the steps
-// that validate; a non-finite value is written as null (JSON has no NaN). skipped: the step's
+// that validate; a non-finite value is written as null (JSON has no NaN). Steps that evaluate
+// HellaSwag add "hellaswag_acc", "hellaswag_acc_sum", "hellaswag_correct", "hellaswag_correct_sum",
+// "hellaswag_examples", "hellaswag_s" (llmc/hellaswag.h); steps that sample the GPU (--gpu-log)
+// add "gpu_sm_mhz", "gpu_mem_mhz", "gpu_power_w", "gpu_temp_c", "gpu_mem_used_mib",
+// "gpu_throttle" (llmc/gpu_monitor.h). skipped: the step's
 // loss or gradient norm was not finite, so the optimizer left the weights alone.
 // scripts/plot.py draws these files.
 #pragma once
@@ -21,6 +25,9 @@ struct StepRecord {
     float val_loss = 0;
     double ms = 0, tok_s = 0, mfu = 0;
     bool skipped = false;
+    // More "key": value pairs for this step, already formatted and comma-separated (HellaSwag
+    // scores, GPU telemetry); written before "skipped".
+    std::string extra;
 };
 
 class RunLog {

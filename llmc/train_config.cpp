@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,11 @@ const char* kHelp =
     "  --tokenizer PATH   decodes samples: an llm.c tokenizer.bin, or a directory with GPT-2's\n"
     "               encoder.json and vocab.bpe (default: tokenizer.bin beside the -i shards,\n"
     "               which prepare_data writes; without one samples print as token ids)\n"
+    "  --hellaswag FILE   multiple-choice accuracy on an eval file in llm.c's format (e.g. its\n"
+    "               hellaswag_val.bin, or one made by prepare_hellaswag): each ending scored by\n"
+    "               the mean loss of its tokens after the context, in batches of B*T tokens;\n"
+    "               printed and written to DIR/log.jsonl (llm.c's -h 1 is this option)\n"
+    "  --eval-every N     HellaSwag every N steps and at the end (default 0: only at the end)\n"
     "runtime:\n"
     "  --tf32 0|1   TF32 tensor cores in fp32 matmuls (default 1, PyTorch's 'high')\n"
     "  --graph 0|1  run each step as a CUDA graph (default 1; 0 for debugging)\n"
@@ -70,6 +76,13 @@ const char* kHelp =
     "               (default 1; 0 takes the heuristic's pick, identical on every run)\n"
     "  --device N   CUDA device (default 0)\n"
     "  --json-summary PATH   write median step time, tok/s and memory as JSON\n"
+    "  --gpu-log N  every N steps read the GPU's SM and memory clocks, power, temperature,\n"
+    "               throttle reasons and memory use (NVML, loaded at run time; LLMC_NVML_LIB\n"
+    "               names the library) into DIR/log.jsonl, and warn once when it throttles\n"
+    "               (default 0: off)\n"
+    "  --llmc-log DIR  also write DIR/main.log in llm.c's format (s:S trl/tel/eval lines)\n"
+    "  --model-dtype fp32|bf16  parameters of the final DIR/model.bin: fp32 (model file\n"
+    "               version 3) or bf16 (version 5, what llm.c's bf16 trainer loads; default fp32)\n"
     "  --max-bad-steps K  stop (exit 1, no checkpoint) after K steps in a row whose loss or\n"
     "               gradient norm is not finite; such steps leave the weights alone (default\n"
     "               10; 0 = never stop)\n"
@@ -143,6 +156,12 @@ float parse_float(const char* flag, const char* text, double lo, double hi) {
 void parse_train_args(int argc, char** argv, TrainConfig* c) {
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
+        // llm.c's HellaSwag switch (-h 0|1, with a fixed path) is not help here.
+        if (std::strcmp(f, "-h") == 0 && i + 1 < argc &&
+            std::isdigit((unsigned char)argv[i + 1][0]))
+            usage_error("%s",
+                        "-h N is llm.c's HellaSwag switch; here pass --hellaswag FILE (its "
+                        "hellaswag_val.bin, or a file from prepare_hellaswag) and --eval-every N");
         if (std::strcmp(f, "-h") == 0 || std::strcmp(f, "--help") == 0) {
             std::fputs(kHelp, stdout);
             std::exit(0);
@@ -241,6 +260,16 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
             c->skip_outliers = parse_float(f, v, 0.0, 1000.0);
         else if (is("--outlier-window"))
             c->outlier_window = (int)parse_int(f, v, 2, 1 << 24);
+        else if (is("--hellaswag"))
+            c->hellaswag = v;
+        else if (is("--eval-every"))
+            c->eval_every = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--gpu-log"))
+            c->gpu_log = (int)parse_int(f, v, 0, 1 << 30);
+        else if (is("--llmc-log"))
+            c->llmc_log = v;
+        else if (is("--model-dtype"))
+            c->model_dtype = v;
         else if (is("--zero"))
             c->zero = (int)parse_int(f, v, 0, 1);
         else if (is("--init-file"))
@@ -273,6 +302,10 @@ void parse_train_args(int argc, char** argv, TrainConfig* c) {
                       c->steps);
         usage_error("--stop-after %s", msg);
     }
+    if (c->model_dtype != "fp32" && c->model_dtype != "bf16")
+        usage_error("--model-dtype must be fp32 or bf16, not '%s'", c->model_dtype.c_str());
+    if (c->eval_every > 0 && c->hellaswag.empty())
+        usage_error("%s", "--eval-every needs an eval file: pass --hellaswag FILE");
     if (c->zero < 0) c->zero = c->world_size > 1 ? 1 : 0;
     const long long bt = (long long)c->world_size * c->B * c->T;
     if (c->total_batch < 0) c->total_batch = bt;
@@ -325,6 +358,14 @@ void print_train_config(const TrainConfig& c, FILE* out) {
     if (c.skip_outliers > 0)
         std::fprintf(out, "skip outliers    gradient norm z-score > %g (window %d steps)\n",
                      c.skip_outliers, c.outlier_window);
+    if (!c.hellaswag.empty())
+        std::fprintf(out, "hellaswag        %s every %d steps (0 = at the end)\n",
+                     c.hellaswag.c_str(), c.eval_every);
+    if (c.gpu_log > 0) std::fprintf(out, "gpu log          every %d steps\n", c.gpu_log);
+    if (!c.llmc_log.empty())
+        std::fprintf(out, "llm.c log        %s/main.log\n", c.llmc_log.c_str());
+    if (c.model_dtype != "fp32")
+        std::fprintf(out, "final model      %s (model file version 5)\n", c.model_dtype.c_str());
     if (c.sample_every > 0)
         std::fprintf(out,
                      "samples          every %d steps, %d tokens, temperature %g, top-k %d, seed "
@@ -362,6 +403,10 @@ void write_train_config_json(const TrainConfig& c, const std::string& extra, FIL
                  c.temperature, c.top_k, c.sample_seed);
     std::fprintf(out, "  \"tokenizer\": %s,\n", json_string(c.tokenizer).c_str());
     std::fprintf(out, "  \"world_size\": %d,\n  \"zero\": %d,\n", c.world_size, c.zero);
+    std::fprintf(out, "  \"hellaswag\": %s,\n  \"eval_every\": %d,\n  \"gpu_log\": %d,\n",
+                 json_string(c.hellaswag).c_str(), c.eval_every, c.gpu_log);
+    std::fprintf(out, "  \"llmc_log\": %s,\n  \"model_dtype\": %s,\n",
+                 json_string(c.llmc_log).c_str(), json_string(c.model_dtype).c_str());
     std::fprintf(out, "  \"skip_outliers\": %.9g,\n  \"outlier_window\": %d,\n", c.skip_outliers,
                  c.outlier_window);
     std::fprintf(out, "  \"max_bad_steps\": %d%s%s\n}\n", c.max_bad_steps,

@@ -59,6 +59,13 @@ struct TrainConfig {
     float skip_outliers = 0.0f;  // --skip-outliers Z  skip steps whose norm z-score exceeds Z
     int outlier_window = 100;    // --outlier-window W  the statistics' averaging length
 
+    // evaluation, telemetry and llm.c interop (llmc/hellaswag.h, gpu_monitor.h, llmc_log.h)
+    std::string hellaswag;             // --hellaswag FILE  eval file in llm.c's format ("" = none)
+    int eval_every = 0;                // --eval-every N  HellaSwag every N steps (0 = at the end)
+    int gpu_log = 0;                   // --gpu-log N  GPU clocks, power, temperature every N steps
+    std::string llmc_log;              // --llmc-log DIR  also DIR/main.log in llm.c's format
+    std::string model_dtype = "fp32";  // --model-dtype fp32|bf16  DIR/model.bin's parameters
+
     // multi-GPU (one process per GPU; llmc/multi_gpu.cuh)
     int world_size = 1;     // not an option: the launcher's, set before parsing (dist_env.h)
     int zero = -1;          // --zero 0|1  1: ZeRO-1 sharded optimizer (-1 = 1 when world > 1)

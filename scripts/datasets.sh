@@ -11,6 +11,24 @@
 #                    are the validation split. The text comes from --from FILE, else
 #                    $LLMC_TINYSHAKESPEARE, else OUTDIR/input.txt from an earlier run, else a
 #                    download; every copy is checked against its md5.
+#   fineweb          FineWeb's 10B-token sample (HuggingFaceFW/fineweb, sample/10BT: Parquet files with
+#                    a `text` column), into data/fineweb10B (shards fineweb_train_*.bin, what
+#                    scripts/run_gpt2_*.sh read by default). --from PATH: a .parquet file or a
+#                    folder of them (else OUTDIR/parquet/, else a download of the files, ~30 GB,
+#                    with curl: $HF/HuggingFaceFW/fineweb/resolve/main/sample/10BT/000_00000.parquet
+#                    ... 013_00000.parquet, HF=https://huggingface.co/datasets). The text column
+#                    is converted to JSONL by scripts/parquet_to_jsonl.mjs (hyparquet, npm) one file
+#                    at a time into OUTDIR/jsonl/ (removed afterwards; needs about 1.5x the Parquet's
+#                    size of disk); the first $LLMC_VAL_TOKENS tokens (default 100M, as llm.c's
+#                    fineweb.py) are the validation split.
+#   fineweb-edu      the same for FineWeb-Edu (HuggingFaceFW/fineweb-edu, sample/10BT) into
+#                    data/edu_fineweb10B (shards edu_fineweb_train_*.bin).
+#   tinystories      TinyStories (roneneldan/TinyStories: TinyStories_all_data.tar.gz, whose
+#                    data00.json ... data49.json are JSON arrays of objects with a `story` field),
+#                    into data/tinystories. --from PATH: the .tar.gz, a folder of .json/.jsonl files
+#                    or one such file (else a download of the tarball, 1.5 GB, from
+#                    $HF/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz); prepared
+#                    with --field story; $LLMC_VAL_FRACTION (default 0.05) of the stories are val.
 #
 # GPT-2's encoder.json and vocab.bpe go to $LLMC_TOKENIZER_DIR (default data/gpt2_tokenizer)
 # through scripts/tokenizer_files.sh. A dataset already prepared with the same command is left
@@ -20,7 +38,7 @@
 # test dev/test_prepare_data.sh checks the conversion with it.)
 set -euo pipefail
 usage() {
-    echo "usage: scripts/datasets.sh brown|tinyshakespeare [--from FILE] [--force] [OUTDIR]" >&2
+    echo "usage: scripts/datasets.sh brown|tinyshakespeare|fineweb|fineweb-edu|tinystories [--from PATH] [--force] [OUTDIR]" >&2
     exit 2
 }
 [ $# -ge 1 ] || usage
@@ -47,7 +65,12 @@ abspath() { realpath -m -- "$1"; }
 tokdir=${LLMC_TOKENIZER_DIR:-data/gpt2_tokenizer}
 [ -z "${LLMC_TOKENIZER_DIR:-}" ] || tokdir=$(abspath "$tokdir")
 cd "$(dirname "$0")/.."
+case $name in
+    fineweb) out=${out:-data/fineweb10B} ;;
+    fineweb-edu) out=${out:-data/edu_fineweb10B} ;;
+esac
 out=${out:-data/$name}
+hf=https://huggingface.co/datasets
 
 die() {
     echo "error: $*" >&2
@@ -56,19 +79,70 @@ die() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Runs prepare_data unless OUTDIR already holds this exact preparation.
-prepare() {  # prepare PREPARE_DATA_ARGS...
-    local stamp="prepare_data -o $out --name $name --tokenizer $tokdir $*"
+# True when OUTDIR already holds this exact preparation (and --force was not given).
+up_to_date() {  # up_to_date PREPARE_DATA_ARGS...
+    local stamp="prepare_data -o $out --name $shard_name --tokenizer $tokdir $*"
     if [ "$force" = 0 ] && [ -f "$out/.prepared" ] && [ "$(cat "$out/.prepared")" = "$stamp" ] &&
-        compgen -G "$out/${name}_train_*.bin" >/dev/null && [ -f "$out/tokenizer.bin" ]; then
+        compgen -G "$out/${shard_name}_train_*.bin" >/dev/null && [ -f "$out/tokenizer.bin" ]; then
         echo "$name is already prepared in $out (--force to prepare it again)"
         return 0
     fi
+    return 1
+}
+
+# Runs prepare_data unless OUTDIR already holds this exact preparation.
+prepare() {  # prepare PREPARE_DATA_ARGS...
+    local stamp="prepare_data -o $out --name $shard_name --tokenizer $tokdir $*"
+    up_to_date "$@" && return 0
     [ -x ./prepare_data ] || make --no-print-directory prepare_data >&2
     bash scripts/tokenizer_files.sh "$tokdir" >/dev/null
     rm -f "$out/.prepared"
-    ./prepare_data -o "$out" --name "$name" --tokenizer "$tokdir" "$@"
+    ./prepare_data -o "$out" --name "$shard_name" --tokenizer "$tokdir" "$@"
     echo "$stamp" >"$out/.prepared"
+}
+
+shard_name=$name
+case $name in
+    fineweb) shard_name=fineweb ;;
+    fineweb-edu) shard_name=edu_fineweb ;;
+esac
+
+# FineWeb / FineWeb-Edu: Parquet (--from, OUTDIR/parquet/ or a download) -> JSONL -> shards.
+fineweb() {  # fineweb HF_REPO
+    local repo=$1 files=() f i
+    if [ -n "$from" ]; then
+        if [ -d "$from" ]; then
+            mapfile -t files < <(find "$from" -maxdepth 1 -name '*.parquet' | LC_ALL=C sort)
+        else
+            files=("$from")
+        fi
+        [ "${#files[@]}" -gt 0 ] && [ -f "${files[0]}" ] || die "--from $from: no .parquet file there"
+    else
+        mkdir -p "$out/parquet"
+        if ! compgen -G "$out/parquet/*.parquet" >/dev/null; then
+            command -v curl >/dev/null 2>&1 || die "no Parquet files in $out/parquet and no curl to download them; give local files with --from PATH"
+            for i in $(seq -f '%03g' 0 $((${LLMC_FINEWEB_FILES:-14} - 1))); do
+                echo "downloading $hf/$repo/resolve/main/sample/10BT/${i}_00000.parquet"
+                curl -fL --retry 3 -C - -o "$out/parquet/.${i}_00000.parquet.part" \
+                    "$hf/$repo/resolve/main/sample/10BT/${i}_00000.parquet" ||
+                    die "could not download ${i}_00000.parquet (offline?); give local files with --from PATH"
+                mv "$out/parquet/.${i}_00000.parquet.part" "$out/parquet/${i}_00000.parquet"
+            done
+        fi
+        mapfile -t files < <(find "$out/parquet" -maxdepth 1 -name '*.parquet' | LC_ALL=C sort)
+    fi
+    local args=(--val-tokens "${LLMC_VAL_TOKENS:-100000000}" "$out/jsonl")
+    up_to_date "${args[@]}" && return 0
+    command -v node >/dev/null 2>&1 || die "converting Parquet needs node (Debian: apt-get install nodejs npm)"
+    rm -rf "$out/jsonl" && mkdir -p "$out/jsonl"
+    i=0
+    for f in "${files[@]}"; do
+        node scripts/parquet_to_jsonl.mjs -o "$out/jsonl/$(printf '%05d' $i).jsonl" "$f" ||
+            die "could not convert $f"
+        i=$((i + 1))
+    done
+    force=1 prepare "${args[@]}"
+    [ "${LLMC_KEEP_JSONL:-0}" = 1 ] || rm -rf "$out/jsonl"
 }
 
 # Brown corpus, form C: each sentence a line of word/tag tokens ("The/at jury/nn ./."),
@@ -176,8 +250,31 @@ case $name in
         fi
         prepare --val-tokens 32768 "$src"
         ;;
+    fineweb) fineweb HuggingFaceFW/fineweb ;;
+    fineweb-edu) fineweb HuggingFaceFW/fineweb-edu ;;
+    tinystories)
+        src=$from
+        if [ -z "$src" ]; then
+            src=$out/TinyStories_all_data.tar.gz
+            if [ ! -s "$src" ]; then
+                mkdir -p "$out"
+                echo "downloading $hf/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz"
+                command -v curl >/dev/null 2>&1 && curl -fL --retry 3 -o "$tmp/ts.tar.gz" \
+                    "$hf/roneneldan/TinyStories/resolve/main/TinyStories_all_data.tar.gz" ||
+                    die "could not download TinyStories (offline?); give a local copy with --from PATH"
+                mv "$tmp/ts.tar.gz" "$src"
+            fi
+        fi
+        [ -e "$src" ] || die "--from $src: no such file or folder"
+        if [[ "$src" == *.tar.gz || "$src" == *.tgz ]]; then
+            mkdir -p "$out/json"
+            tar -xzf "$src" -C "$out/json" || die "could not unpack $src"
+            src=$out/json
+        fi
+        prepare --field story --val-fraction "${LLMC_VAL_FRACTION:-0.05}" "$src"
+        ;;
     *)
-        echo "error: unknown dataset '$name'; known: brown (offline, npm), tinyshakespeare; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
+        echo "error: unknown dataset '$name'; known: brown (offline, npm), tinyshakespeare, fineweb, fineweb-edu, tinystories; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
         exit 2
         ;;
 esac

@@ -5,7 +5,9 @@
     python3 scripts/plot.py out/run_a out/run_b            # a directory means DIR/log.jsonl
 
 Four panels against the optimizer step: train loss (with its moving average when the log is
-long), validation loss (the steps that validated), throughput in tokens/s, and the learning rate.
+long), validation loss (the steps that validated), throughput in tokens/s, and the learning rate;
+a third row when the logs have them (scripts/plot_extras.py): GPU clocks and power (--gpu-log) and
+HellaSwag accuracy (--hellaswag), or the GPU temperature.
 Each run is one colour in every panel, labelled by its directory (or --labels). Skipped
 (non-finite) steps are marked with an x on the train-loss panel. Needs matplotlib only
 (Debian: python3-matplotlib).
@@ -75,8 +77,11 @@ def main():
     if len(labels) != len(runs):
         sys.exit(f"error: {len(labels)} labels for {len(runs)} logs")
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8), sharex=True)
-    (ax_loss, ax_val), (ax_tok, ax_lr) = axes
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from plot_extras import draw_extras, has_extras
+    extra = has_extras(runs)
+    fig, axes = plt.subplots(3 if extra else 2, 2, figsize=(13, 12 if extra else 8), sharex=True)
+    (ax_loss, ax_val), (ax_tok, ax_lr) = axes[:2]
     for i, ((path, rows), label) in enumerate(zip(runs, labels)):
         colour = f"C{i % 10}"
         xs, ys = series(rows, "loss")
@@ -101,11 +106,13 @@ def main():
     ax_val.set_title("validation loss")
     ax_tok.set_title("throughput (tokens/s)")
     ax_lr.set_title("learning rate")
+    if extra:
+        draw_extras(axes[2], runs, labels, series)
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    for ax in axes[1]:
+    for ax in axes[-1]:
         ax.set_xlabel("step")
     if args.title:
         fig.suptitle(args.title)

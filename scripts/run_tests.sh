@@ -48,8 +48,12 @@ run format_check make --no-print-directory format-check
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
     run test_prepare_data bash dev/test_prepare_data.sh
+    run test_prepare_hellaswag env PY="$PY" bash dev/test_prepare_hellaswag.sh
+    run test_datasets bash dev/test_datasets.sh
 else
     skip test_prepare_data "GPT-2's tokenizer files unavailable (scripts/tokenizer_files.sh build/tokenizer failed)"
+    skip test_prepare_hellaswag "GPT-2's tokenizer files unavailable"
+    skip test_datasets "GPT-2's tokenizer files unavailable"
 fi
 
 # --- CPU reference against PyTorch ----------------------------------------------------------
@@ -58,6 +62,21 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# HellaSwag-style evaluation: the CPU reference's per-example ending losses through the GPU path's
+# batching against scripts/hellaswag_ref.py (PyTorch) within 1e-5, with the same predictions, on
+# the checked-in 50-example synthetic file (9 right with test_hellaswag's fixed model at B=3 T=77,
+# some rows truncated) and on 300 generated examples at B=4 T=64.
+HS=build/host/dev/test_hellaswag
+run hellaswag_inputs bash -c "$HS --write-model $TESTDATA/hs_model.bin && \
+    '$PY' scripts/hellaswag_synthetic.py -n 300 --vocab 1000 --seed 3 --ctx 1:70 --ending 1:30 \
+        -o $TESTDATA/hs_synth300.bin"
+run hellaswag_vs_pytorch_50 bash -c "'$PY' scripts/hellaswag_ref.py --model $TESTDATA/hs_model.bin \
+    --eval dev/data/hellaswag_synth50.bin -t 77 --device cpu --losses $TESTDATA/hs_ref50.txt && \
+    $HS --compare $TESTDATA/hs_model.bin dev/data/hellaswag_synth50.bin $TESTDATA/hs_ref50.txt \
+        -b 3 -t 77 --expect-correct 9"
+run hellaswag_vs_pytorch_300 bash -c "'$PY' scripts/hellaswag_ref.py --model $TESTDATA/hs_model.bin \
+    --eval $TESTDATA/hs_synth300.bin -t 64 --device cpu --losses $TESTDATA/hs_ref300.txt && \
+    $HS --compare $TESTDATA/hs_model.bin $TESTDATA/hs_synth300.bin $TESTDATA/hs_ref300.txt -b 4 -t 64"
 # Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).

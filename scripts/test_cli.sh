@@ -58,6 +58,16 @@ expect 1 "junk.bin" -i x -e "$tmp/junk.bin"
   head -c 16 /dev/zero | tr '\0' '\377'; } >"$tmp/bad_ids.bin"
 expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4
 expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4 --prefetch 0 --shuffle 0
+# HellaSwag, telemetry, llm.c interop options (checked before the GPU is touched).
+{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x08\x00\x00\x00'; head -c 1028 /dev/zero; } >"$tmp/ok.bin"
+expect 2 "llm.c's HellaSwag switch; here pass --hellaswag FILE" -i x -h 1
+expect 2 "--eval-every needs an eval file" -i x --eval-every 10
+expect 2 "--model-dtype must be fp32 or bf16" -i x --model-dtype fp16
+expect 2 "--gpu-log must be in" -i x --gpu-log -1
+expect 1 "could not open the eval file '$tmp/none.bin'" -i "$tmp/ok.bin" -b 1 -t 4 --hellaswag "$tmp/none.bin"
+expect 1 "eval file '$tmp/junk.bin' is not usable" -i "$tmp/ok.bin" -b 1 -t 4 --hellaswag "$tmp/junk.bin"
+expect 1 "more than the sequence length allows" -i "$tmp/ok.bin" -b 1 -t 4 --hellaswag dev/data/hellaswag_synth50.bin
+expect 0 "--hellaswag FILE" --help
 # Schedules, checkpoints and resume (checked before any data or GPU work).
 expect 2 "--lr-schedule must be constant, linear, cosine or wsd" -i x --lr-schedule exp
 expect 2 "--lr-final-frac must be in" -i x --lr-final-frac 1.5
