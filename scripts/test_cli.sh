@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_cli.sh: the trainer refuses bad options with one sentence and exit code 2 (1 for a bad
-# file), before it touches a GPU, so this runs anywhere. Each case checks the exit code and a
-# key phrase of the message.
+# test_cli.sh: the trainer, generate_gpt2cu, profile_gpt2cu and test_gpt2cu refuse bad options
+# with one sentence and exit code 2 (1 for a bad file or output path), before they touch a GPU,
+# so this runs anywhere. Each case checks the exit code and a key phrase of the message (a grep
+# pattern). dev/test_cli.cpp tests the option-table parser itself.
 set -u
 cd "$(dirname "$0")/.."
 bin=./train_gpt2cu
@@ -101,7 +102,12 @@ expect 2 "--max-tokens must be in" --load x --prompt-ids 1 --max-tokens 0
 expect 2 "--temperature must be in" --load x --prompt-ids 1 --temperature -1
 expect 2 "--top-k must be in" --load x --prompt-ids 1 --top-k -2
 expect 2 "--print-ids must be in" --load x --prompt-ids 1 --print-ids 2
-expect 2 "unknown option" --load x --prompt-ids 1 --bogus 1
+expect 2 "unknown option --bogus" --load x --prompt-ids 1 --bogus 1
+expect 2 "unknown option --bogus" --load x --prompt-ids 1 --bogus
+expect 2 "stray argument 'stray' after --prompt-ids 1" --load x --prompt-ids 1 stray
+expect 2 "--max-tokens needs a value (N)" --load x --prompt-ids 1 --max-tokens
+expect 1 "could not open the model file '$tmp/missing_model.bin'" --load="$tmp/missing_model.bin" \
+    --prompt-ids=1 --max-tokens=3
 expect 1 "could not open the model file '$tmp/missing_model.bin'" --load "$tmp/missing_model.bin" \
     --prompt-ids 1
 expect 1 "junk.bin" --load "$tmp/junk.bin" --prompt-ids 1
@@ -112,5 +118,17 @@ expect 1 "cannot open the tokenizer file" --load x --prompt-ids 1 --tokenizer "$
 { printf '\xc8\xd7\x34\x01\x02\x00\x00\x00\x01\x00\x00\x00'; head -c 1012 /dev/zero; printf '\x01a'; } \
     >"$tmp/tok.bin"
 expect 1 "needs GPT-2's encoder.json and vocab.bpe" --load x --prompt hi --tokenizer "$tmp/tok.bin"
+# profile_gpt2cu and test_gpt2cu: the same parser.
+bin=./profile_gpt2cu
+expect 0 "usage: profile_gpt2cu" --help
+expect 2 "-b must be in 1..65536, got 0" -b 0
+expect 2 "--steps needs a whole number, got 'x'" --steps x
+expect 2 "unknown option --bogus" --bogus
+expect 2 "stray argument 'stray' after -b 2" -b 2 stray
+bin=./test_gpt2cu
+expect 0 "usage: test_gpt2cu" --help
+expect 2 "--model and --state are required" --model x
+expect 2 "--graph must be in 0..1, got 2" --model x --state y --graph 2
+expect 2 "unknown option --bogus" --model x --state y --bogus
 echo "test_cli: $ok passed, $bad failed"
 [ "$bad" = 0 ]
