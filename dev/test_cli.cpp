@@ -1,14 +1,16 @@
-// test_cli.cpp: host test of llmc/cli (the option-table parser, help, printer and JSON writer):
-// every form an option may take, every refusal named for what it is (unknown option, stray
-// word, missing value, another program's flags), the help made from the table, and values as
-// printed and as JSON.
+// test_cli.cpp: host test of llmc/cli (the option-table parser, help, printer and JSON writer)
+// and of the trainer's table in llmc/train_config: every form an option may take, every refusal
+// named for what it is (unknown option, stray word, missing value, llm.c's flags), the help made
+// from the table, the printed configuration and config.json's keys. scripts/test_cli.sh runs the
+// binaries themselves.
 #include <cstring>
-#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "host_test.h"
+#include "train_config.h"
 
 namespace {
 
@@ -158,12 +160,146 @@ void test_help_and_values() {
           "json_fields: every key in table order, floats to 9 digits:\n%s", json.c_str());
 }
 
+// Lines of text (a help, a printout) no wider than the help's width.
+size_t widest_line(const std::string& text) {
+    size_t widest = 0, start = 0;
+    for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+        widest = std::max(widest, nl - start);
+        start = nl + 1;
+    }
+    return widest;
+}
+
+std::string captured(const std::function<void(FILE*)>& write) {
+    FILE* f = std::tmpfile();
+    write(f);
+    std::rewind(f);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    std::fclose(f);
+    return out;
+}
+
+void test_trainer_table() {
+    llmc::TrainConfig c;
+    const llmc::cli::Program p = llmc::train_program(&c);
+    std::set<std::string> names, keys;
+    bool unique = true;
+    for (const llmc::cli::Option& o : p.options) {
+        if (o.is_heading()) continue;
+        for (const std::string& n : llmc::cli::option_names(o))
+            unique = unique && names.insert(n).second;
+        unique = unique && keys.insert(o.key).second;
+    }
+    for (const llmc::cli::Refusal& r : p.refused) unique = unique && names.insert(r.name).second;
+    check(unique && names.count("-s") && names.count("-g") && !names.count("-h"),
+          "the trainer's names and keys are unique, llm.c's -s and -g are refused (%zu names)",
+          names.size());
+    // Every option of ours that a refusal names exists.
+    bool named_exist = true;
+    for (const llmc::cli::Refusal& r : p.refused) {
+        const std::string& s = r.sentence;
+        for (size_t at = s.find("--"); at != std::string::npos; at = s.find("--", at + 2)) {
+            const size_t end = s.find_first_of(" ,;)", at);
+            const std::string name = s.substr(at, end - at);
+            named_exist = named_exist && (name == "--help" || names.count(name) == 1);
+            if (names.count(name) == 0 && name != "--help")
+                std::printf("  %s names %s, not an option\n", r.name, name.c_str());
+        }
+    }
+    check(named_exist, "every option the llm.c refusals name is one of the trainer's");
+    const std::string help = llmc::cli::help_text(p);
+    check(widest_line(help) <= 100 &&
+              help.find("'data/brown/*_train_*.bin'") != std::string::npos &&
+              help.find("_train.bin") == std::string::npos,
+          "the trainer's help fits 100 columns and shows a glob of prepare_data's shards (widest "
+          "line %zu)",
+          widest_line(help));
+
+    // config.json: the keys the readers know stay, with the option table's values.
+    llmc::TrainConfig r;
+    const char* argv[] = {"train_gpt2cu", "-i", "d/a_train_*.bin", "-b=2", "--tf32=0",
+                          "-t",           "64", "--resume",        "-o",   "out/x"};
+    llmc::parse_train_args((int)std::size(argv), const_cast<char**>(argv), &r);
+    const std::string json =
+        captured([&](FILE* f) { llmc::write_train_config_json(r, "\"precision\": \"bf16\"", f); });
+    const char* legacy[] = {"train_pattern",
+                            "val_pattern",
+                            "model",
+                            "output_dir",
+                            "B",
+                            "T",
+                            "total_batch",
+                            "steps",
+                            "lr",
+                            "warmup",
+                            "lr_schedule",
+                            "lr_final_frac",
+                            "decay_frac",
+                            "weight_decay",
+                            "beta1",
+                            "beta2",
+                            "eps",
+                            "grad_clip",
+                            "val_every",
+                            "val_batches",
+                            "seed",
+                            "tf32",
+                            "graph",
+                            "autotune",
+                            "device",
+                            "shuffle",
+                            "prefetch",
+                            "overfit_batch",
+                            "checkpoint_every",
+                            "keep_last",
+                            "keep_every",
+                            "resume",
+                            "resume_path",
+                            "stop_after",
+                            "sample_every",
+                            "sample_tokens",
+                            "temperature",
+                            "top_k",
+                            "sample_seed",
+                            "tokenizer",
+                            "world_size",
+                            "zero",
+                            "skip_outliers",
+                            "outlier_window",
+                            "max_bad_steps",
+                            "precision"};
+    std::string missing;
+    for (const char* k : legacy)
+        if (json.find(std::string("\n  \"") + k + "\": ") == std::string::npos)
+            missing += k + std::string(" ");
+    check(missing.empty() && json.find("\"B\": 2,") != std::string::npos &&
+              json.find("\"tf32\": 0,") != std::string::npos &&
+              json.find("\"resume\": true,") != std::string::npos &&
+              json.find("\"total_batch\": 128,") != std::string::npos &&
+              json.rfind("{\n", 0) == 0 &&
+              json.find("\"precision\": \"bf16\"\n}\n") != std::string::npos,
+          "config.json keeps every key its readers know (missing: %s):\n%s", missing.c_str(),
+          json.c_str());
+    const std::string printed = captured([&](FILE* f) { llmc::print_train_config(r, f); });
+    check(printed.find("-i 'd/a_train_*.bin'") != std::string::npos &&
+              printed.find("-b 2 -t 64 -d 128") != std::string::npos &&
+              printed.find("--tf32 0") != std::string::npos &&
+              printed.find("--resume") != std::string::npos &&
+              printed.find("--stop-after") == std::string::npos &&
+              printed.find("-j ") == std::string::npos && widest_line(printed) <= 100,
+          "the printed configuration reads as a command line:\n%s", printed.c_str());
+}
+
 }  // namespace
 
 int main() {
     test_forms();
     test_refusals();
     test_help_and_values();
+    test_trainer_table();
     std::printf("test_cli: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

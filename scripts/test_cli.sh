@@ -89,6 +89,45 @@ expect 1 "cannot open the tokenizer file '$tmp/missing.bin'" -i "$tmp/ok.bin" -b
     --sample-every 1 --tokenizer "$tmp/missing.bin"
 expect 1 "not an llm.c tokenizer file" -i "$tmp/ok.bin" -b 1 -t 4 --sample-every 1 \
     --tokenizer "$tmp/ok.bin"
+# The CLI tells the truth: each refusal is named for what it is.
+expect 2 "unknown option --bogus" -i x --bogus
+expect 2 "unknown option --sead; did you mean --seed?" -i x --sead 3
+expect 2 "stray argument 'stray_word' after -i X" -i X stray_word
+expect 2 "quote it: -i 'data/brown/\*_train_\*.bin'" -i data/a_train_000000.bin data/a_train_000001.bin
+expect 2 "-x needs a value (N)" -i x -x
+expect 2 "-x needs a value (N), but -b follows it" -i x -x -b 4
+expect 2 "--batch-size must be in" -i x --batch-size 0
+expect 2 "-b must be in 1..65536, got 0" -i x -b=0
+expect 2 "--tf32 must be in 0..1, got 2" -i x --tf32=2
+# -k=VALUE and --key=VALUE are accepted: the run gets past its options to the missing data.
+expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -b=4 --tf32=1 --seq-len=64 --input="$tmp/none_*.bin"
+# llm.c's flags that mean something else here: the llm.c meaning and this trainer's option.
+expect 2 "-s N is llm.c's sample_every; here text samples are --sample-every N and the seed is --seed N" \
+    -i x -s 20000
+expect 2 "llm.c's genT.*--sample-tokens N.*--grad-clip NORM" -i x -g 64
+expect 2 "llm.c's switch for its HellaSwag evaluation" -i x -h 1
+expect 2 "HellaSwag.*-h or --help alone prints the help" -h 0
+expect 0 "usage: train_gpt2cu" -h
+for f in -n:--checkpoint-every -nk:--keep-last -nm:--keep-every -y:--resume -q:--lr-final-frac \
+         -k:--lr-schedule -a:--overfit-batch -f:--tf32 -w:"no equivalent" -ge:"no equivalent" \
+         -z:--zero -r:--recompute -lg:"no equivalent" -sl:--skip-outliers -sg:--skip-outliers \
+         -pn:launch.sh -pr:LLMC_RANK -pg:srun -pi:--init-file -pm:LLMC_MASTER_ADDR \
+         -ps:LLMC_MASTER_ADDR -pf:--init-file -pp:--init-file; do
+    expect 2 "${f%%:*} .*is llm.c's .*${f#*:}" -i x "${f%%:*}" 1
+done
+# Globs that match prepare_data's shards (NAME_train_000000.bin).
+expect 0 "'data/brown/\*_train_\*.bin'" --help
+expect 2 "pass -i 'DIR/\*_train_\*.bin', e.g. -i 'data/brown/\*_train_\*.bin'"
+# Every output path is checked before the first step (and before the data), creating nothing.
+expect 1 "--json-summary $tmp/no/such/x.json: the directory $tmp/no/such does not exist" \
+    -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp/no/such/x.json"
+expect 1 "--json-summary $tmp is not a regular file" -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp"
+expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp/summary.json"
+if [ -e "$tmp/summary.json" ]; then
+    bad=$((bad + 1)); echo "FAIL: the check of --json-summary left $tmp/summary.json behind"
+else ok=$((ok + 1)); fi
+expect 1 "cannot create the output directory" -i "$tmp/none_*.bin" -t 64 \
+    --json-summary "$tmp/summary.json" -o "$tmp/file/sub"
 # generate_gpt2cu: the same rules.
 bin=./generate_gpt2cu
 expect 0 "usage: generate_gpt2cu" --help
