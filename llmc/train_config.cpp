@@ -137,10 +137,8 @@ void check_output_file(const std::string& path, const char* option) {
     unlink(path.c_str());
 }
 
-}  // namespace
-
-std::vector<cli::Option> train_options(TrainConfig* c) {
-    using cli::choice;
+// Data, model and batch shape.
+std::vector<cli::Option> data_options(TrainConfig* c) {
     using cli::heading;
     using cli::option;
     const Resume keep = Resume::kMustMatch, may_change = Resume::kMayChange;
@@ -172,7 +170,6 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
         option("--prefetch", "0|1", "prefetch", &c->prefetch, 0, 1,
                "read and shuffle batches on a background thread while the GPU computes (0 reads "
                "them between steps, for comparison)"),
-
         heading("batch"),
         option("-b, --batch-size", "B", "B", &c->B, 1, 1 << 16,
                "micro-batch size in sequences (of each GPU)")
@@ -185,7 +182,16 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
                "accumulates the gradients of several micro-steps")
             .with_default("B*T")
             .on_resume(may_change, kSlotTotalBatch),
+    };
+}
 
+// The optimizer and its schedule.
+std::vector<cli::Option> optimization_options(TrainConfig* c) {
+    using cli::choice;
+    using cli::heading;
+    using cli::option;
+    const Resume may_change = Resume::kMayChange;
+    return {
         heading("optimization"),
         option("-x, --steps", "N", "steps", &c->steps, 1, 1 << 30, "optimizer steps")
             .on_resume(may_change, kSlotSteps),
@@ -217,7 +223,14 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
             .on_resume(may_change, kSlotBeta2),
         option("--eps", "X", "eps", &c->eps, 1e-30, 1.0, "AdamW's epsilon")
             .on_resume(may_change, kSlotEps),
+    };
+}
 
+// Validation, samples and the runtime switches.
+std::vector<cli::Option> evaluation_options(TrainConfig* c) {
+    using cli::heading;
+    using cli::option;
+    return {
         heading("evaluation"),
         option("-v, --val-every", "N", "val_every", &c->val_every, 0, 1 << 30,
                "validation loss every N steps and at the end, 0 = only at the end"),
@@ -238,7 +251,6 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
                "decodes samples: an llm.c tokenizer.bin, or a directory with GPT-2's "
                "encoder.json and vocab.bpe; without one, samples print as token ids")
             .with_default("the tokenizer.bin beside the -i shards, which prepare_data writes"),
-
         heading("runtime"),
         option("--tf32", "0|1", "tf32", &c->tf32, 0, 1,
                "TF32 tensor cores in the fp32 build's matmuls (PyTorch's 'high')"),
@@ -267,7 +279,14 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
                "20th on); K such steps in a row stop the run like --max-bad-steps (0: off)"),
         option("--outlier-window", "W", "outlier_window", &c->outlier_window, 2, 1 << 24,
                "the averages' length in steps (decay 1 - 1/W)"),
+    };
+}
 
+// Checkpoints, resume and several GPUs.
+std::vector<cli::Option> run_options(TrainConfig* c) {
+    using cli::heading;
+    using cli::option;
+    return {
         heading("checkpoints", "in -o DIR, beside DIR/config.json and DIR/log.jsonl"),
         option("--checkpoint-every", "N", "checkpoint_every", &c->checkpoint_every, 0, 1 << 30,
                "write DIR/model_SSSSSSSS.bin + state_SSSSSSSS.bin every N steps (0: only at the "
@@ -286,7 +305,6 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
                "stop after step N as if interrupted (checkpoint, exit 0); the schedule still "
                "spans -x steps, so a --resume continues the same run")
             .with_default("none"),
-
         heading("multi-GPU",
                 "one process per GPU: scripts/launch.sh -n N, mpirun -np N or srun. -b is each "
                 "GPU's micro-batch and -d counts the tokens of all GPUs (default N*B*T), so N "
@@ -299,6 +317,18 @@ std::vector<cli::Option> train_options(TrainConfig* c) {
                "share the NCCL id through PATH on a shared filesystem instead of TCP (also "
                "LLMC_INIT_FILE)"),
     };
+}
+
+}  // namespace
+
+// The groups in the order of the help.
+std::vector<cli::Option> train_options(TrainConfig* c) {
+    std::vector<cli::Option> all;
+    for (auto group : {data_options, optimization_options, evaluation_options, run_options}) {
+        const std::vector<cli::Option> options = group(c);
+        all.insert(all.end(), options.begin(), options.end());
+    }
+    return all;
 }
 
 cli::Program train_program(TrainConfig* c) {
