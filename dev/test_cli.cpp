@@ -133,6 +133,25 @@ void test_refusals() {
           "-h and --help alone ask for the help");
 }
 
+// A program that takes positional words (prepare_data's INPUT...).
+void test_positional() {
+    Toy t;
+    std::vector<std::string> words;
+    llmc::cli::Program p = toy_program(&t);
+    p.positional = &words;
+    const char* argv[] = {"toy", "a.txt", "--name", "n", "-", "-n", "4", "b", "--", "-x", "--name"};
+    std::string error;
+    const Parsed r = llmc::cli::parse(p, (int)std::size(argv), argv, &error);
+    check(r == Parsed::kOk && t.n == 4 && t.name == "n" && t.x == 0.5f &&
+              words == std::vector<std::string>{"a.txt", "-", "b", "-x", "--name"},
+          "positional words between options, '-' among them, and every word after '--' (%zu)",
+          words.size());
+    const char* unknown[] = {"toy", "a.txt", "--bogus", "--name", "n"};
+    check(llmc::cli::parse(p, 5, unknown, &error) == Parsed::kError &&
+              error == "unknown option --bogus",
+          "an unknown option among positional words is still unknown: %s", error.c_str());
+}
+
 void test_help_and_values() {
     Toy t;
     t.big = -1;
@@ -298,6 +317,7 @@ void test_trainer_table() {
 int main() {
     test_forms();
     test_refusals();
+    test_positional();
     test_help_and_values();
     test_trainer_table();
     std::printf("test_cli: %d passed, %d failed\n", g_passed, g_failed);

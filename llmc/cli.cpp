@@ -272,6 +272,14 @@ Parsed parse(const Program& p, int argc, const char* const* argv, std::string* e
     std::string last;  // the previous option as written, with its value
     for (int i = 1; i < argc; i++) {
         const std::string word = argv[i];
+        if (p.positional != nullptr && word == "--") {
+            p.positional->insert(p.positional->end(), argv + i + 1, argv + argc);
+            break;
+        }
+        if (p.positional != nullptr && (word.size() < 2 || word[0] != '-')) {
+            p.positional->push_back(word);
+            continue;
+        }
         if (word.size() < 2 || word[0] != '-' || word == "--") {
             *error = "stray argument '" + word + "'" + (last.empty() ? "" : " after " + last) +
                      ": an option takes one value";

@@ -10,7 +10,7 @@
 //   -k VALUE, -k=VALUE, --key VALUE and --key=VALUE; a later option overrides an earlier one.
 //   A name is looked up before its value is taken: an unknown name is called unknown wherever it
 //   stands, a known one at the end of the line is missing its value, and a word where an option
-//   should stand is a stray word.
+//   should stand is a stray word, unless the program takes positional words (INPUT...).
 //   A value is the next word even when it starts with '-' (-1 is a number), unless that word is
 //   one of the program's own options. An option with an implicit value (--resume [PATH]) takes
 //   the next word only when it does not start with '-'.
@@ -109,6 +109,9 @@ struct Program {
     std::vector<Refusal> refused;
     const char* help_value = nullptr;  // the sentence for -h VALUE (nullptr: a plain one)
     const char* stray_hint = nullptr;  // appended to the sentence about a stray word
+    // Words that are not options nor their values ("-" included, and every word after "--"),
+    // in order; nullptr: each such word is a stray word.
+    std::vector<std::string>* positional = nullptr;
 };
 
 enum class Parsed { kOk, kHelp, kError };
