@@ -150,6 +150,9 @@ void test_positional() {
     check(llmc::cli::parse(p, 5, unknown, &error) == Parsed::kError &&
               error == "unknown option --bogus",
           "an unknown option among positional words is still unknown: %s", error.c_str());
+    const char* help[] = {"toy", "-h", "a.txt"};
+    check(llmc::cli::parse(p, 3, help, &error) == Parsed::kHelp,
+          "-h before a positional word asks for the help");
 }
 
 void test_help_and_values() {

@@ -290,7 +290,8 @@ Parsed parse(const Program& p, int argc, const char* const* argv, std::string* e
         const std::string name = word.substr(0, eq);
         const bool has_inline = eq != std::string::npos;
         if (name == "-h" || name == "--help") {
-            if (has_inline || (i + 1 < argc && argv[i + 1][0] != '-')) {
+            // A word after -h is its value, unless the program takes positional words.
+            if (has_inline || (p.positional == nullptr && i + 1 < argc && argv[i + 1][0] != '-')) {
                 *error = name == "-h" && p.help_value != nullptr
                              ? p.help_value
                              : name + " takes no value; pass it alone for the help";
