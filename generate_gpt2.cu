@@ -11,14 +11,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "checkpoint.h"
+#include "cli.h"
 #include "context.cuh"
 #include "gpt2.cuh"
 #include "sampler.cuh"
@@ -27,27 +26,6 @@
 using namespace llmc;
 
 namespace {
-
-const char* kHelp =
-    "usage: generate_gpt2cu --load PATH (--prompt TEXT | --prompt-ids IDS) [options]\n"
-    "\n"
-    "Continues a prompt with a trained GPT-2 and prints the text.\n"
-    "\n"
-    "  --load PATH        a model file (llm.c format), a checkpoint's state_SSSSSSSS.bin, or a\n"
-    "                     run directory (its newest checkpoint, else its model.bin)\n"
-    "  --prompt TEXT      the prompt, encoded with GPT-2's tokenizer (needs --tokenizer DIR)\n"
-    "  --prompt-ids IDS   the prompt as token ids, comma-separated (e.g. 50256 for a start\n"
-    "                     from <|endoftext|>)\n"
-    "  --max-tokens N     tokens to generate (default 64)\n"
-    "  --temperature T    0 = greedy (default 1)\n"
-    "  --top-k K          sample among the K most likely tokens, 0 = all (default 0)\n"
-    "  --sample-seed S    seed of the sampler (default 1337): one seed, one text\n"
-    "  --tokenizer PATH   a directory with GPT-2's encoder.json and vocab.bpe (default\n"
-    "                     data/gpt2_tokenizer, then build/tokenizer), or an llm.c tokenizer.bin,\n"
-    "                     which decodes but cannot encode a --prompt\n"
-    "  --print-ids 0|1    also print the new token ids on a line 'ids: ...' (default 0)\n"
-    "  --device N         CUDA device (default 0)\n"
-    "  -h, --help         this text\n";
 
 struct GenerateConfig {
     std::string load;                // --load
@@ -58,81 +36,51 @@ struct GenerateConfig {
     float temperature = 1.0f;        // --temperature
     int top_k = 0;                   // --top-k
     unsigned long long seed = 1337;  // --sample-seed
-    std::string tokenizer;           // --tokenizer ("" = the defaults above)
+    std::string tokenizer;           // --tokenizer ("" = the defaults of the help)
     int print_ids = 0;               // --print-ids
     int device = 0;                  // --device
 };
 
-[[noreturn]] void usage_error(const std::string& sentence) {
-    std::fprintf(stderr, "error: %s\n(run with --help for the options)\n", sentence.c_str());
-    std::exit(2);
-}
-
-long long parse_int(const char* flag, const char* text, long long lo, long long hi) {
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0')
-        usage_error(std::string(flag) + " needs a whole number, got '" + text + "'");
-    if (v < lo || v > hi)
-        usage_error(std::string(flag) + " must be in " + std::to_string(lo) + ".." +
-                    std::to_string(hi) + ", got " + text);
-    return v;
-}
-
-float parse_float(const char* flag, const char* text, double lo, double hi) {
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0')
-        usage_error(std::string(flag) + " needs a number, got '" + text + "'");
-    if (!(v >= lo && v <= hi)) {
-        char msg[160];
-        std::snprintf(msg, sizeof(msg), "%s must be in [%g, %g], got %s", flag, lo, hi, text);
-        usage_error(msg);
-    }
-    return (float)v;
+cli::Program generate_program(GenerateConfig* c) {
+    using cli::option;
+    cli::Program p;
+    p.usage = "generate_gpt2cu --load PATH (--prompt TEXT | --prompt-ids IDS) [options]";
+    p.about = "Continues a prompt with a trained GPT-2 and prints the text.";
+    p.options = {
+        option("--load", "PATH", "load", &c->load,
+               "a model file (llm.c format), a checkpoint's state_SSSSSSSS.bin, or a run "
+               "directory (its newest checkpoint, else its model.bin)")
+            .must_be_given("a model is required: pass --load MODEL_OR_CHECKPOINT"),
+        option("--prompt", "TEXT", "prompt", &c->prompt,
+               "the prompt, encoded with GPT-2's tokenizer (needs --tokenizer DIR)")
+            .mark_given(&c->has_prompt),
+        option("--prompt-ids", "IDS", "prompt_ids", &c->prompt_ids,
+               "the prompt as token ids, comma-separated (e.g. 50256 for a start from "
+               "<|endoftext|>)"),
+        option("--max-tokens", "N", "max_tokens", &c->max_tokens, 1, 1 << 20, "tokens to generate"),
+        option("--temperature", "T", "temperature", &c->temperature, 0.0, 100.0, "0 = greedy"),
+        option("--top-k", "K", "top_k", &c->top_k, 0, 1 << 24,
+               "sample among the K most likely tokens, 0 = all"),
+        option("--sample-seed", "S", "sample_seed", &c->seed, 0, 1ll << 62,
+               "seed of the sampler: one seed, one text"),
+        option("--tokenizer", "PATH", "tokenizer", &c->tokenizer,
+               "a directory with GPT-2's encoder.json and vocab.bpe, or an llm.c tokenizer.bin, "
+               "which decodes but cannot encode a --prompt")
+            .with_default("data/gpt2_tokenizer, then build/tokenizer"),
+        option("--print-ids", "0|1", "print_ids", &c->print_ids, 0, 1,
+               "also print the new token ids on a line 'ids: ...'"),
+        option("--device", "N", "device", &c->device, 0, 1024, "CUDA device"),
+    };
+    return p;
 }
 
 GenerateConfig parse_args(int argc, char** argv) {
     GenerateConfig c;
-    for (int i = 1; i < argc; i++) {
-        const char* f = argv[i];
-        if (!std::strcmp(f, "-h") || !std::strcmp(f, "--help")) {
-            std::fputs(kHelp, stdout);
-            std::exit(0);
-        }
-        if (i + 1 >= argc) usage_error(std::string(f) + " needs a value");
-        const char* v = argv[++i];
-        auto is = [f](const char* name) { return std::strcmp(f, name) == 0; };
-        if (is("--load"))
-            c.load = v;
-        else if (is("--prompt"))
-            c.prompt = v, c.has_prompt = true;
-        else if (is("--prompt-ids"))
-            c.prompt_ids = v;
-        else if (is("--max-tokens"))
-            c.max_tokens = (int)parse_int(f, v, 1, 1 << 20);
-        else if (is("--temperature"))
-            c.temperature = parse_float(f, v, 0.0, 100.0);
-        else if (is("--top-k"))
-            c.top_k = (int)parse_int(f, v, 0, 1 << 24);
-        else if (is("--sample-seed"))
-            c.seed = (unsigned long long)parse_int(f, v, 0, 1ll << 62);
-        else if (is("--tokenizer"))
-            c.tokenizer = v;
-        else if (is("--print-ids"))
-            c.print_ids = (int)parse_int(f, v, 0, 1);
-        else if (is("--device"))
-            c.device = (int)parse_int(f, v, 0, 1024);
-        else
-            usage_error(std::string("unknown option '") + f + "'");
-    }
-    if (c.load.empty()) usage_error("a model is required: pass --load MODEL_OR_CHECKPOINT");
+    cli::parse_or_exit(generate_program(&c), argc, argv);
     if (c.has_prompt == !c.prompt_ids.empty())
-        usage_error("pass exactly one of --prompt TEXT and --prompt-ids IDS");
+        cli::usage_error("pass exactly one of --prompt TEXT and --prompt-ids IDS");
     if (c.has_prompt && c.prompt.empty())
-        usage_error(
+        cli::usage_error(
             "--prompt is empty; give some text, or --prompt-ids 50256 to start from "
             "<|endoftext|>");
     return c;
@@ -147,10 +95,10 @@ std::vector<int> parse_ids(const std::string& text) {
         std::string item = text.substr(pos, end - pos);
         item.erase(0, item.find_first_not_of(' '));
         item.erase(item.find_last_not_of(' ') + 1);
-        ids.push_back((int)parse_int("--prompt-ids", item.c_str(), 0, (1 << 30)));
+        ids.push_back((int)cli::parse_int("--prompt-ids", item, 0, (1 << 30)));
         pos = end + 1;
     }
-    if (ids.empty()) usage_error("--prompt-ids holds no ids; give e.g. --prompt-ids 50256");
+    if (ids.empty()) cli::usage_error("--prompt-ids holds no ids; give e.g. --prompt-ids 50256");
     return ids;
 }
 

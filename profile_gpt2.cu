@@ -1,6 +1,6 @@
 // profile_gpt2.cu: a few training steps of GPT-2 on random tokens, for profilers. No data files.
 //
-//   ./profile_gpt2cu [-e d12] [-b 4] [-t 1024] [--steps 3] [--graph 0|1]
+//   ./profile_gpt2cu [-e d12] [-b 4] [-t 1024] [--steps 3] [--graph 0|1]   (--help lists them)
 //
 // Nsight Systems (timeline with the NVTX ranges step / forward / backward / optimizer / layer):
 //   nsys profile -t cuda,nvtx -o gpt2_d12 ./profile_gpt2cu --graph 0
@@ -8,39 +8,52 @@
 //   ncu --clock-control none --set full --nvtx --nvtx-include "step/" -o gpt2_d12
 //       ./profile_gpt2cu --steps 2 --graph 0          (one command line)
 // --graph 0 keeps each kernel a separate launch, which both tools show most clearly.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "gpt2.cuh"
 #include "model_init.h"
 
 using namespace llmc;
 
+namespace {
+
+struct ProfileOptions {
+    std::string preset = "d12";  // -e
+    int B = 4, T = 1024;         // -b, -t
+    int steps = 3;               // --steps
+    int graph = 0;               // --graph
+};
+
+ProfileOptions parse_args(int argc, char** argv) {
+    ProfileOptions o;
+    cli::Program p;
+    p.usage = "profile_gpt2cu [options]";
+    p.about =
+        "A few training steps of GPT-2 on random tokens, for profilers (the header of "
+        "profile_gpt2.cu has nsys and ncu command lines).";
+    p.options = {
+        cli::option("-e, --model", "PRESET", "model", &o.preset, "preset d12|d24|d36|d48"),
+        cli::option("-b, --batch-size", "B", "B", &o.B, 1, 1 << 16, "micro-batch size"),
+        cli::option("-t, --seq-len", "T", "T", &o.T, 1, 1 << 20, "sequence length"),
+        cli::option("--steps", "N", "steps", &o.steps, 1, 1 << 20, "training steps"),
+        cli::option("--graph", "0|1", "graph", &o.graph, 0, 1,
+                    "run each step as a CUDA graph (0 keeps every kernel a launch of its own, "
+                    "which both tools show most clearly)"),
+    };
+    cli::parse_or_exit(p, argc, argv);
+    return o;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-    std::string preset = "d12";
-    int B = 4, T = 1024, steps = 3, graph = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        std::string f = argv[i];
-        int v = std::atoi(argv[i + 1]);
-        if (f == "-e")
-            preset = argv[i + 1];
-        else if (f == "-b" && v > 0)
-            B = v;
-        else if (f == "-t" && v > 0)
-            T = v;
-        else if (f == "--steps" && v > 0)
-            steps = v;
-        else if (f == "--graph")
-            graph = v != 0;
-        else
-            LLMC_FAIL("unknown option or bad value: %s %s (see the header of profile_gpt2.cu)",
-                      argv[i], argv[i + 1]);
-    }
+    const ProfileOptions o = parse_args(argc, argv);
+    const int B = o.B, T = o.T;
     GPT2Config cfg;
-    LLMC_CHECK(config_from_preset(preset, &cfg), "unknown preset '%s' (d12, d24, d36 or d48)",
-               preset.c_str());
+    LLMC_CHECK(config_from_preset(o.preset, &cfg), "unknown preset '%s' (d12, d24, d36 or d48)",
+               o.preset.c_str());
     LLMC_CHECK(T <= cfg.max_seq_len, "-t %d is longer than the model's maximum %d", T,
                cfg.max_seq_len);
     std::vector<float> params;
@@ -56,10 +69,10 @@ int main(int argc, char** argv) {
         x = x * 1664525u + 1013904223u;
         model.io.tokens[i] = (int)((x >> 8) % (uint32_t)cfg.vocab_size);
     }
-    for (int s = 1; s <= steps; s++) {
+    for (int s = 1; s <= o.steps; s++) {
         model.io.step_values->lr = 1e-4f;
         model.io.step_values->step = s;
-        gpt2_step(ctx, &model, graph != 0);
+        gpt2_step(ctx, &model, o.graph != 0);
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
         std::printf("step %d loss %.6f\n", s, model.io.results[0]);
     }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "gpt2.cuh"
 
 using namespace llmc;
@@ -82,42 +83,25 @@ struct Options {
     int recompute = 0;
 };
 
-void usage_and_exit(const char* why) {
-    std::fprintf(stderr,
-                 "error: %s\nusage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph "
-                 "0|1] [--tf32 0|1] [--recompute 0|1|2]\n",
-                 why);
-    std::exit(2);
-}
-
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; i++) {
-        std::string f = argv[i];
-        if (f == "-h" || f == "--help") {
-            std::printf(
-                "usage: test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [--graph 0|1] "
-                "[--tf32 0|1] [--recompute 0|1|2]\n"
-                "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch "
-                "dump.\n");
-            std::exit(0);
-        }
-        if (i + 1 >= argc) usage_and_exit("every option needs a value");
-        std::string v = argv[++i];
-        if (f == "--model")
-            o.model = v;
-        else if (f == "--state")
-            o.state = v;
-        else if (f == "--graph" && (v == "0" || v == "1"))
-            o.graph = v == "1";
-        else if (f == "--tf32" && (v == "0" || v == "1"))
-            o.tf32 = v == "1";
-        else if (f == "--recompute" && (v == "0" || v == "1" || v == "2"))
-            o.recompute = v[0] - '0';
-        else
-            usage_and_exit(("unknown option or bad value: " + f + " " + v).c_str());
-    }
-    if (o.model.empty() || o.state.empty()) usage_and_exit("--model and --state are required");
+    cli::Program p;
+    p.usage = "test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [options]";
+    p.about =
+        "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch dump "
+        "(scripts/train_gpt2.py --write-model --write-state).";
+    p.options = {
+        cli::option("--model", "MODEL.bin", "model", &o.model, "the model file of the dump")
+            .must_be_given("--model and --state are required: the dump's model and state files"),
+        cli::option("--state", "DEBUG_STATE.bin", "state", &o.state, "the dump's debug state")
+            .must_be_given("--model and --state are required: the dump's model and state files"),
+        cli::option("--graph", "0|1", "graph", &o.graph, 0, 1, "run the steps as a CUDA graph"),
+        cli::option("--tf32", "0|1", "tf32", &o.tf32, 0, 1,
+                    "TF32 matmuls in the fp32 build (looser bounds)"),
+        cli::option("--recompute", "0|1|2", "recompute", &o.recompute, 0, 2,
+                    "the recompute mode of the first model (the other two are compared with it)"),
+    };
+    cli::parse_or_exit(p, argc, argv);
     return o;
 }
 

@@ -5,7 +5,6 @@
 // and when SIGINT/SIGTERM asks the run to stop (after the current step).
 // Multi-GPU (one process per GPU, llmc/multi_gpu.cuh): each rank reads its rows of the global
 // batch, the step reduces the gradients; rank 0 alone prints, logs, samples and writes files.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "sampler.cuh"
 #include "schedule.h"
 #include "train_config.h"
+#include "train_resume.h"
 
 using namespace llmc;
 
@@ -45,17 +45,6 @@ bool load_model_or_preset(const TrainConfig& tc, GPT2Config* cfg, std::vector<fl
     read_model_file(tc.model, cfg, params, &version);
     std::printf("model            %s (version %d)\n", tc.model.c_str(), version);
     return false;
-}
-
-ScheduleConfig schedule_of(const TrainConfig& tc) {
-    ScheduleConfig s;
-    parse_lr_schedule(tc.lr_schedule, &s.kind);  // validated by parse_train_args
-    s.peak_lr = tc.lr;
-    s.warmup = tc.warmup;
-    s.steps = tc.steps;
-    s.final_frac = tc.lr_final_frac;
-    s.decay_frac = tc.decay_frac;
-    return s;
 }
 
 // Where this process sits among the ranks (one process: rank 0 of 1).
@@ -166,25 +155,6 @@ void print_sample(const Context& ctx, GPT2* m, const TrainConfig& tc, const Toke
     log->write_sample(step, text, tc.sample_tokens, tc.temperature, tc.top_k, tc.sample_seed);
 }
 
-// Creates dir and its parents (mkdir -p). Called before training so that an unwritable output
-// directory is refused at start, not after hours of training.
-void make_output_dir(const std::string& dir) {
-    for (size_t pos = 1; pos <= dir.size(); pos++) {
-        if (pos != dir.size() && dir[pos] != '/') continue;
-        const std::string part = dir.substr(0, pos);
-        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-            LLMC_FAIL("cannot create the output directory '%s' (%s)", part.c_str(),
-                      std::strerror(errno));
-        }
-    }
-    const std::string probe = dir + "/.write_test";
-    FILE* f = std::fopen(probe.c_str(), "w");
-    LLMC_CHECK(f != nullptr, "the output directory '%s' is not writable (%s)", dir.c_str(),
-               std::strerror(errno));
-    std::fclose(f);
-    std::remove(probe.c_str());
-}
-
 double median(std::vector<double> v) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
@@ -195,7 +165,8 @@ void write_json_summary(const std::string& path, const TrainConfig& tc, const Co
                         double median_ms, double wall_ms, double tok_s, double mfu, double peak_mib,
                         const std::vector<float>& losses) {
     FILE* f = std::fopen(path.c_str(), "w");
-    LLMC_CHECK(f != nullptr, "cannot write the summary file %s", path.c_str());
+    LLMC_CHECK(f != nullptr, "cannot write the summary file %s (%s) after training finished.",
+               path.c_str(), std::strerror(errno));
     std::fprintf(f, "{\"median_ms\": %.4f, \"wall_ms\": %.4f, \"tok_per_s\": %.1f, \"mfu\": %.4f, ",
                  median_ms, wall_ms, tok_s, mfu);
     std::fprintf(f, "\"peak_mem_mib\": %.1f, \"prefetch\": %d, \"overfit_batch\": %d, ", peak_mib,
@@ -258,35 +229,6 @@ struct RunState {
     long long outlier_total = 0;   // steps skipped as outliers
     long long outlier_streak = 0;  // ... in a row, ending at `step` (not saved)
 };
-
-// The checkpoint header fields that describe this run (everything but the step's state).
-CheckpointMeta describe_run(const TrainConfig& tc, const GPT2Config& cfg, const DataLoader& train) {
-    CheckpointMeta m;
-    m.cfg = cfg;
-    m.num_params = (long long)param_layout(cfg).total;
-    m.param_bytes = kParamBytes;
-    m.precision = kPrecisionName;
-    m.B = tc.world_size * tc.B;  // the global micro-batch: a resume may use another GPU count
-    m.T = tc.T;
-    m.total_batch = tc.total_batch;
-    m.seed = tc.seed;
-    m.shuffle = tc.shuffle;
-    m.train_pattern = tc.train_pattern;
-    m.train_shards = (long long)train.files.size();
-    for (long long n : train.shard_tokens) m.train_tokens += n;
-    m.schedule = (int)schedule_of(tc).kind;
-    m.warmup = tc.warmup;
-    m.steps = tc.steps;
-    m.lr = tc.lr;
-    m.final_frac = tc.lr_final_frac;
-    m.decay_frac = tc.decay_frac;
-    m.beta1 = tc.beta1;
-    m.beta2 = tc.beta2;
-    m.eps = tc.eps;
-    m.weight_decay = tc.weight_decay;
-    m.grad_clip = tc.grad_clip;
-    return m;
-}
 
 // The state file to resume from, or "" for a new run. A new run refuses a directory that holds
 // checkpoints already, so that a later --resume can never mix two runs.
@@ -538,7 +480,8 @@ int main(int argc, char** argv) {
         LLMC_CHECK(shard_map_build(cfg, tc.world_size, env.rank, &shard, &why), "%s.", why.c_str());
     }
     const int grad_accum = (int)(tc.total_batch / ((long long)tc.world_size * tc.B * tc.T));
-    if (root && !tc.output_dir.empty()) make_output_dir(tc.output_dir);
+    // Every file the run writes is checked now, before the first step (rank 0 writes them all).
+    if (root) check_output_paths(tc);
     const std::string resume_state = find_resume_state(tc);
     // Data problems are reported before the GPU is touched, so they show on any machine.
     DataLoader train_loader, val_loader;
@@ -553,7 +496,8 @@ int main(int argc, char** argv) {
 
     // A resume replaces the initial weights with the checkpoint's, after checking that this run
     // (shape, batch, data, seed, precision) can continue it.
-    const CheckpointMeta run_meta = describe_run(tc, cfg, train_loader);
+    const CheckpointMeta run_meta =
+        describe_run(tc, cfg, train_loader, kPrecisionName, kParamBytes);
     CheckpointMeta saved;
     OptimizerState saved_opt;
     RunState run;
@@ -799,13 +743,14 @@ int main(int argc, char** argv) {
             "fullest of %d GPUs (zero %d)\n",
             peak_mib, most, env.world_size, tc.zero);
     }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    // The model first: a summary that cannot be written must not cost a finished run its model.
+    if (root && has_output && checkpoint_ok && run.step == tc.steps)
+        write_final_model(tc.output_dir, run.step, cfg, tc.model_dtype);
     if (root && !tc.json_summary.empty())
         write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib,
                            losses);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    if (root && has_output && checkpoint_ok && run.step == tc.steps)
-        write_final_model(tc.output_dir, run.step, cfg, tc.model_dtype);
     if (stopped && run.step < tc.steps) {
         if (!has_output)
             std::printf("stopped after step %lld; no -o, so no checkpoint was written\n", run.step);

@@ -1,7 +1,9 @@
-// test_checkpoint.cpp: host test of llmc/checkpoint and llmc/run_log: the checksum, the
-// checkpoint writer/reader round trip (fp32 build layout, and bf16 with raw parameters), finding
-// the newest complete checkpoint among partial and temporary files, pruning, the resume checks,
-// the log's truncation on resume, and the refusal of every malformed file.
+// test_checkpoint.cpp: host test of llmc/checkpoint, llmc/train_resume and llmc/run_log: the
+// checksum, the checkpoint writer/reader round trip (fp32 build layout, and bf16 with raw
+// parameters), finding the newest complete checkpoint among partial and temporary files, pruning,
+// the options a checkpoint records (from the trainer's option table) and the resume checks on
+// them, the header layout of version 1, the log's truncation on resume, and the refusal of every
+// malformed file.
 //
 // Readers end the program on a bad file (LLMC_FAIL -> exit 1), so each malformed case runs in a
 // forked child whose stderr is captured: the case passes when the child exits with status 1
@@ -16,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +27,7 @@
 #include "checkpoint.h"
 #include "host_test.h"
 #include "run_log.h"
+#include "train_resume.h"
 
 namespace {
 
@@ -81,12 +86,6 @@ llmc::CheckpointMeta sample_meta(long long step, int param_bytes) {
     m.num_params = (long long)llmc::param_layout(m.cfg).total;
     m.param_bytes = param_bytes;
     m.precision = param_bytes == 2 ? "bf16" : "fp32";
-    m.B = 3;
-    m.T = 7;
-    m.total_batch = 42;
-    m.seed = 0xFEEDFACECAFEBEEFull;  // high bit set: must survive the int64 slot
-    m.shuffle = 1;
-    m.train_pattern = "data/some dir/\"quoted\"_train_*.bin";
     m.train_shards = 3;
     m.train_tokens = 123456789012ll;
     m.loader.epoch = 2;
@@ -98,17 +97,25 @@ llmc::CheckpointMeta sample_meta(long long step, int param_bytes) {
     m.outlier_sq = 1.5625 + 0.01;
     m.outlier_count = 40;
     m.outlier_total = 2;
-    m.schedule = 2;
-    m.warmup = 7;
-    m.steps = 1000;
-    m.lr = 6e-4f;  // a float value, as the trainer stores
-    m.final_frac = 0.1;
-    m.decay_frac = 0.2;
-    m.beta1 = 0.9f;
-    m.beta2 = 0.95f;
-    m.eps = 1e-8f;
-    m.weight_decay = 0.1f;
-    m.grad_clip = 1.0f;
+    // The options, as the trainer's table stores them (llmc/train_resume.cpp).
+    int64_t* o = m.options;
+    o[llmc::kSlotB] = 3;
+    o[llmc::kSlotT] = 7;
+    o[llmc::kSlotTotalBatch] = 42;
+    o[llmc::kSlotSeed] = (int64_t)0xFEEDFACECAFEBEEFull;  // high bit set: must survive the slot
+    o[llmc::kSlotShuffle] = 1;
+    o[llmc::kSlotSchedule] = 2;
+    o[llmc::kSlotWarmup] = 7;
+    o[llmc::kSlotSteps] = 1000;
+    o[llmc::kSlotLr] = llmc::slot_from_double(6e-4f);  // a float value, as the trainer stores
+    o[llmc::kSlotFinalFrac] = llmc::slot_from_double(0.1f);
+    o[llmc::kSlotDecayFrac] = llmc::slot_from_double(0.2f);
+    o[llmc::kSlotBeta1] = llmc::slot_from_double(0.9f);
+    o[llmc::kSlotBeta2] = llmc::slot_from_double(0.95f);
+    o[llmc::kSlotEps] = llmc::slot_from_double(1e-8f);
+    o[llmc::kSlotWeightDecay] = llmc::slot_from_double(0.1f);
+    o[llmc::kSlotGradClip] = llmc::slot_from_double(1.0f);
+    m.option_text = "data/some dir/\"quoted\"_train_*.bin";
     return m;
 }
 
@@ -118,19 +125,16 @@ bool same_meta(const llmc::CheckpointMeta& a, const llmc::CheckpointMeta& b) {
            x.vocab_size == y.vocab_size && x.padded_vocab_size == y.padded_vocab_size &&
            x.num_layers == y.num_layers && x.num_heads == y.num_heads && x.channels == y.channels &&
            a.num_params == b.num_params && a.param_bytes == b.param_bytes &&
-           a.precision == b.precision && a.B == b.B && a.T == b.T &&
-           a.total_batch == b.total_batch && a.seed == b.seed && a.shuffle == b.shuffle &&
-           a.train_pattern == b.train_pattern && a.train_shards == b.train_shards &&
+           a.precision == b.precision && a.train_shards == b.train_shards &&
            a.train_tokens == b.train_tokens && a.loader.epoch == b.loader.epoch &&
            a.loader.shard == b.loader.shard && a.loader.offset == b.loader.offset &&
            a.bad_streak == b.bad_streak && a.bad_total == b.bad_total &&
            a.outlier_mean == b.outlier_mean && a.outlier_sq == b.outlier_sq &&
            a.outlier_count == b.outlier_count && a.outlier_total == b.outlier_total &&
-           a.schedule == b.schedule && a.warmup == b.warmup && a.steps == b.steps && a.lr == b.lr &&
-           a.final_frac == b.final_frac && a.decay_frac == b.decay_frac && a.beta1 == b.beta1 &&
-           a.beta2 == b.beta2 && a.eps == b.eps && a.weight_decay == b.weight_decay &&
-           a.grad_clip == b.grad_clip && a.sum_model == b.sum_model && a.sum_m == b.sum_m &&
-           a.sum_v == b.sum_v && a.sum_params == b.sum_params;
+           a.sum_model == b.sum_model && a.sum_m == b.sum_m && a.sum_v == b.sum_v &&
+           a.sum_params == b.sum_params &&
+           std::memcmp(a.options, b.options, sizeof(a.options)) == 0 &&
+           a.option_text == b.option_text;
 }
 
 bool same_bits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
@@ -289,12 +293,18 @@ void test_resume_checks() {
     const Case cases[] = {
         {"precision", [](llmc::CheckpointMeta* m) { m->precision = "bf16"; }, "bf16 build"},
         {"model shape", [](llmc::CheckpointMeta* m) { m->cfg.num_layers = 3; }, "L=3"},
-        {"B", [](llmc::CheckpointMeta* m) { m->B = 4; }, "-b 3 -t 7"},
-        {"T", [](llmc::CheckpointMeta* m) { m->T = 8; }, "-b 3 -t 8"},
-        {"train glob", [](llmc::CheckpointMeta* m) { m->train_pattern = "x"; }, "train glob"},
+        {"B", [](llmc::CheckpointMeta* m) { m->options[llmc::kSlotB] = 4; },
+         "read 3 sequences per micro-step (GPUs x -b), this one 4; resume with the same batch "
+         "shape (GPUs x -b = 3)"},
+        {"T", [](llmc::CheckpointMeta* m) { m->options[llmc::kSlotT] = 8; },
+         "had -t 7, this one has -t 8; resume with -t 7"},
+        {"train glob", [](llmc::CheckpointMeta* m) { m->option_text = "x"; },
+         "had -i 'data/some dir/\"quoted\"_train_*.bin', this one has -i x"},
         {"data", [](llmc::CheckpointMeta* m) { m->train_tokens++; }, "training data changed"},
-        {"seed", [](llmc::CheckpointMeta* m) { m->seed = 1; }, "same seed"},
-        {"shuffle", [](llmc::CheckpointMeta* m) { m->shuffle = 0; }, "--shuffle 0"},
+        {"seed", [](llmc::CheckpointMeta* m) { m->options[llmc::kSlotSeed] = 1; },
+         "this one has --seed 1; resume with --seed 18369614221190020847"},
+        {"shuffle", [](llmc::CheckpointMeta* m) { m->options[llmc::kSlotShuffle] = 0; },
+         "resume with --shuffle 1"},
     };
     for (const Case& c : cases) {
         llmc::CheckpointMeta now = saved;
@@ -304,12 +314,155 @@ void test_resume_checks() {
               c.what, why.c_str());
     }
     llmc::CheckpointMeta now = saved;
-    now.lr = 1e-3;
-    now.steps = 2000;
-    now.total_batch = 84;
+    now.options[llmc::kSlotLr] = llmc::slot_from_double(1e-3f);
+    now.options[llmc::kSlotSteps] = 2000;
+    now.options[llmc::kSlotTotalBatch] = 84;
+    now.options[llmc::kSlotSchedule] = 3;
     const std::vector<std::string> notes = llmc::resume_changes(saved, now);
-    check(llmc::resume_mismatch(saved, now).empty() && notes.size() == 3,
-          "lr, steps and total batch may change, with %zu notes", notes.size());
+    std::string all;
+    for (const std::string& n : notes) all += n + "; ";
+    check(llmc::resume_mismatch(saved, now).empty() && notes.size() == 4 &&
+              all.find("-d (--total-batch) changed from 42 to 84") != std::string::npos &&
+              all.find("-x (--steps) changed from 1000 to 2000") != std::string::npos &&
+              all.find("-l (--lr) changed from 0.0006 to 0.001") != std::string::npos &&
+              all.find("--lr-schedule changed from cosine to wsd") != std::string::npos,
+          "lr, steps, schedule and total batch may change, with a note each: %s", all.c_str());
+}
+
+// The trainer's option table decides what a checkpoint records: describe_run stores each option
+// it marks in that option's slot, and restore_resume_options reads them back.
+void test_run_options() {
+    llmc::TrainConfig defaults;
+    std::map<int, int> uses;
+    for (const llmc::cli::Option& o : llmc::train_options(&defaults))
+        if (o.resume != llmc::cli::Resume::kFree) uses[o.slot]++;
+    bool one_each = uses.size() == std::size(llmc::kOptionSlots) + 1 && uses[llmc::kSlotText] == 1;
+    for (int slot : llmc::kOptionSlots) one_each = one_each && uses[slot] == 1;
+    check(one_each,
+          "each option slot of the header (and the text slot) holds one option of the "
+          "table, %zu in all",
+          uses.size());
+
+    // Every recorded option away from its default, on 2 GPUs (-d counts the tokens of both).
+    const char* argv[] = {"train_gpt2cu",
+                          "-i",
+                          "d/x_train_*.bin",
+                          "-b",
+                          "3",
+                          "-t",
+                          "37",
+                          "-d",
+                          "444",
+                          "--seed",
+                          "77",
+                          "--shuffle",
+                          "0",
+                          "-x",
+                          "30",
+                          "-l",
+                          "0.002",
+                          "-u",
+                          "5",
+                          "--lr-schedule",
+                          "wsd",
+                          "--lr-final-frac",
+                          "0.05",
+                          "--decay-frac",
+                          "0.3",
+                          "-c",
+                          "0.05",
+                          "--grad-clip",
+                          "0.5",
+                          "--beta1",
+                          "0.8",
+                          "--beta2",
+                          "0.99",
+                          "--eps",
+                          "1e-6",
+                          "-v",
+                          "5"};
+    llmc::TrainConfig two;
+    two.world_size = 2;
+    llmc::parse_train_args((int)std::size(argv), const_cast<char**>(argv), &two);
+    llmc::DataLoader loader;
+    loader.files = {"d/x_train_000000.bin", "d/x_train_000001.bin"};
+    loader.shard_tokens = {1000, 2345};
+    const llmc::CheckpointMeta meta = llmc::describe_run(two, small_config(), loader, "fp32", 4);
+    const int64_t* o = meta.options;
+    check(o[llmc::kSlotB] == 6 && o[llmc::kSlotT] == 37 && o[llmc::kSlotTotalBatch] == 444 &&
+              o[llmc::kSlotSeed] == 77 && o[llmc::kSlotShuffle] == 0 &&
+              o[llmc::kSlotSchedule] == (int)llmc::LrSchedule::kWsd &&
+              o[llmc::kSlotLr] == llmc::slot_from_double(0.002f) &&
+              o[llmc::kSlotGradClip] == llmc::slot_from_double(0.5f) &&
+              meta.option_text == "d/x_train_*.bin" && meta.train_shards == 2 &&
+              meta.train_tokens == 3345 && meta.precision == "fp32",
+          "describe_run records the options by slot (B as GPUs x -b = 6, the schedule as %lld)",
+          (long long)o[llmc::kSlotSchedule]);
+
+    // The same run continued on 3 GPUs at -b 2: nothing to refuse, nothing changed.
+    llmc::TrainConfig three;
+    three.world_size = 3;
+    llmc::restore_resume_options(meta, &three);
+    check(three.B == 2 && three.T == 37 && three.total_batch == 444 && three.seed == 77 &&
+              three.shuffle == 0 && three.steps == 30 && three.lr == two.lr && three.warmup == 5 &&
+              three.lr_schedule == "wsd" && three.lr_final_frac == two.lr_final_frac &&
+              three.decay_frac == two.decay_frac && three.weight_decay == two.weight_decay &&
+              three.grad_clip == two.grad_clip && three.beta1 == two.beta1 &&
+              three.beta2 == two.beta2 && three.eps == two.eps &&
+              three.train_pattern == two.train_pattern && three.val_every == 0,
+          "restore_resume_options gives back every recorded option (-b 6 / 3 GPUs = %d), and "
+          "only those",
+          three.B);
+    const llmc::CheckpointMeta again = llmc::describe_run(three, small_config(), loader, "fp32", 4);
+    check(llmc::resume_mismatch(meta, again).empty() && llmc::resume_changes(meta, again).empty(),
+          "a run on 3 GPUs at -b 2 continues one on 2 GPUs at -b 3 with no notes");
+
+    // The schedule's index among the choices is LrSchedule's value, which the files hold.
+    bool same_kind = true;
+    for (const char* name : {"constant", "linear", "cosine", "wsd"}) {
+        llmc::TrainConfig c = two;
+        c.lr_schedule = name;
+        llmc::LrSchedule kind;
+        same_kind =
+            same_kind && llmc::parse_lr_schedule(name, &kind) &&
+            llmc::describe_run(c, small_config(), loader, "fp32", 4).options[llmc::kSlotSchedule] ==
+                (int)kind;
+    }
+    check(same_kind, "--lr-schedule's choices are stored as LrSchedule's values");
+}
+
+// The option slots are where version 1 of the format has always kept these values, so every
+// checkpoint written before the option table still loads: the slots are set here by number.
+void test_version1_layout(const std::string& dir, std::mt19937* rng) {
+    llmc::CheckpointMeta meta = sample_meta(60, 4);
+    const Arrays a = random_arrays((size_t)meta.num_params, 4, rng);
+    llmc::write_checkpoint(dir, &meta, a.weights.data(), a.opt);
+    const std::string state = llmc::checkpoint_state_path(dir, 60);
+    std::vector<char> bytes = read_bytes(state);
+    const int64_t ints[] = {5, 9, 45, 99, 0};  // slots 13..17: B, T, total batch, seed, shuffle
+    for (int i = 0; i < 5; i++) set_slot(&bytes, 13 + i, ints[i]);
+    set_slot(&bytes, 25, 1);    // schedule (linear)
+    set_slot(&bytes, 26, 4);    // warmup
+    set_slot(&bytes, 27, 500);  // steps
+    for (int i = 0; i < 8; i++) set_slot(&bytes, 28 + i, llmc::slot_from_double(0.125 * (i + 1)));
+    const char glob[] = "old/run_train_*.bin";
+    std::memset(bytes.data() + 2064, 0, 2032);
+    std::memcpy(bytes.data() + 2064, glob, sizeof(glob));
+    write_bytes(state, bytes);
+    llmc::CheckpointMeta back;
+    llmc::read_checkpoint_meta(state, &back);
+    const int64_t* o = back.options;
+    bool doubles = true;
+    const int float_slots[] = {llmc::kSlotLr,          llmc::kSlotFinalFrac, llmc::kSlotDecayFrac,
+                               llmc::kSlotBeta1,       llmc::kSlotBeta2,     llmc::kSlotEps,
+                               llmc::kSlotWeightDecay, llmc::kSlotGradClip};
+    for (int i = 0; i < 8; i++)
+        doubles = doubles && llmc::double_from_slot(o[float_slots[i]]) == 0.125 * (i + 1);
+    check(o[llmc::kSlotB] == 5 && o[llmc::kSlotT] == 9 && o[llmc::kSlotTotalBatch] == 45 &&
+              o[llmc::kSlotSeed] == 99 && o[llmc::kSlotShuffle] == 0 &&
+              o[llmc::kSlotSchedule] == 1 && o[llmc::kSlotWarmup] == 4 &&
+              o[llmc::kSlotSteps] == 500 && doubles && back.option_text == glob,
+          "a version 1 header set slot by slot reads back into the same options");
 }
 
 void test_refusals(const std::string& dir, std::mt19937* rng) {
@@ -492,6 +645,8 @@ int main() {
     test_round_trip(dir + "/bf16", 2, &rng);
     test_listing_and_prune(dir + "/many", &rng);
     test_resume_checks();
+    test_run_options();
+    test_version1_layout(dir + "/fp32", &rng);
     test_refusals(dir + "/bad", &rng);
     test_run_log(dir);
     remove_dir(dir);

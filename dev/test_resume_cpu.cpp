@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "model_init.h"
 #include "rng.h"
 #include "schedule.h"
+#include "train_resume.h"
 
 namespace {
 
@@ -58,24 +60,37 @@ llmc::GPT2Config test_config() {
     return c;
 }
 
-// The run's settings, as a trainer's command line would give them.
-struct Settings {
-    std::string pattern;
-    llmc::ScheduleConfig schedule;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f, grad_clip = 2.0f;
-    uint64_t seed = kSeed;
-    bool shuffle = true;
-};
-
-Settings default_settings(const std::string& dir) {
-    Settings s;
-    s.pattern = dir + "/train_*.bin";
-    s.schedule.kind = llmc::LrSchedule::kCosine;
-    s.schedule.peak_lr = 3e-3f;
-    s.schedule.warmup = 3;
-    s.schedule.steps = kSteps;
-    s.schedule.final_frac = 0.1f;
-    return s;
+// The run's settings, from a trainer's command line through its parser.
+llmc::TrainConfig default_settings(const std::string& dir) {
+    const std::string pattern = dir + "/train_*.bin", b = std::to_string(kB),
+                      t = std::to_string(kT), steps = std::to_string(kSteps),
+                      seed = std::to_string(kSeed);
+    const char* argv[] = {"train_gpt2cu",
+                          "-i",
+                          pattern.c_str(),
+                          "-b",
+                          b.c_str(),
+                          "-t",
+                          t.c_str(),
+                          "-x",
+                          steps.c_str(),
+                          "--lr-schedule",
+                          "cosine",
+                          "-l",
+                          "3e-3",
+                          "-u",
+                          "3",
+                          "--lr-final-frac",
+                          "0.1",
+                          "-c",
+                          "0.1",
+                          "--grad-clip",
+                          "2",
+                          "--seed",
+                          seed.c_str()};
+    llmc::TrainConfig c;
+    llmc::parse_train_args((int)std::size(argv), const_cast<char**>(argv), &c);
+    return c;
 }
 
 // Three shards of 3, 2 and 4 batches; each has a tail shorter than a batch that is never read.
@@ -102,7 +117,7 @@ void write_shards(const std::string& dir, int vocab) {
 struct Trainer {
     GPT2Cpu model;
     llmc::DataLoader loader;
-    Settings settings;
+    llmc::TrainConfig settings;
     long long step = 0;    // optimizer steps done
     long long adam_t = 0;  // AdamW updates applied
     std::vector<float> losses, norms;
@@ -110,24 +125,25 @@ struct Trainer {
 
     void open_loader() {
         llmc::DataLoaderOptions opts;
-        opts.shuffle = settings.shuffle;
+        opts.shuffle = settings.shuffle != 0;
         opts.seed = settings.seed;
         opts.prefetch = 2;  // the trainer prefetches; the order must not depend on it
-        llmc::dataloader_init(&loader, settings.pattern, kB, kT, model.cfg.vocab_size, 0, 1, opts);
-        inputs.resize(kB * kT);
-        targets.resize(kB * kT);
+        llmc::dataloader_init(&loader, settings.train_pattern, settings.B, settings.T,
+                              model.cfg.vocab_size, 0, 1, opts);
+        inputs.resize(settings.B * settings.T);
+        targets.resize(settings.B * settings.T);
     }
 
     void train_until(int last_step) {
         while (step < last_step) {
             const int s = (int)step + 1;
             llmc::dataloader_next_batch(&loader, inputs.data(), targets.data());
-            const float loss = model.forward(inputs.data(), targets.data(), kB, kT);
+            const float loss = model.forward(inputs.data(), targets.data(), settings.B, settings.T);
             model.zero_grad();
             model.backward();
-            const float norm = model.update(llmc::lr_at_step(settings.schedule, s), settings.beta1,
-                                            settings.beta2, settings.eps, settings.weight_decay,
-                                            settings.grad_clip, (int)adam_t + 1);
+            const float norm = model.update(
+                llmc::lr_at_step(llmc::schedule_of(settings), s), settings.beta1, settings.beta2,
+                settings.eps, settings.weight_decay, settings.grad_clip, (int)adam_t + 1);
             losses.push_back(loss);
             norms.push_back(norm);
             step = s;
@@ -137,7 +153,7 @@ struct Trainer {
 };
 
 // A new run: seeded init, loader at the start.
-void start_new(Trainer* t, const Settings& s) {
+void start_new(Trainer* t, const llmc::TrainConfig& s) {
     t->settings = s;
     std::vector<float> params;
     llmc::gpt2_init_random(test_config(), s.seed, &params);
@@ -145,34 +161,9 @@ void start_new(Trainer* t, const Settings& s) {
     t->open_loader();
 }
 
-// The header fields that describe the run (train_gpt2.cu's describe_run, fp32 build).
+// The header fields that describe the run, as train_gpt2.cu's fp32 build records them.
 llmc::CheckpointMeta describe(const Trainer& t) {
-    llmc::CheckpointMeta m;
-    m.cfg = t.model.cfg;
-    m.num_params = (long long)t.model.layout.total;
-    m.param_bytes = 4;
-    m.precision = "fp32";
-    m.B = kB;
-    m.T = kT;
-    m.total_batch = kB * kT;
-    m.seed = t.settings.seed;
-    m.shuffle = t.settings.shuffle;
-    m.train_pattern = t.settings.pattern;
-    m.train_shards = (long long)t.loader.files.size();
-    for (long long n : t.loader.shard_tokens) m.train_tokens += n;
-    const llmc::ScheduleConfig& sc = t.settings.schedule;
-    m.schedule = (int)sc.kind;
-    m.warmup = sc.warmup;
-    m.steps = sc.steps;
-    m.lr = sc.peak_lr;
-    m.final_frac = sc.final_frac;
-    m.decay_frac = sc.decay_frac;
-    m.beta1 = t.settings.beta1;
-    m.beta2 = t.settings.beta2;
-    m.eps = t.settings.eps;
-    m.weight_decay = t.settings.weight_decay;
-    m.grad_clip = t.settings.grad_clip;
-    return m;
+    return llmc::describe_run(t.settings, t.model.cfg, t.loader, "fp32", 4);
 }
 
 void save(const Trainer& t, const std::string& dir) {
@@ -191,9 +182,10 @@ struct Omit {
     bool loader = false, adam_t = false, moments = false;
 };
 
-// Builds *t from the newest checkpoint in dir as train_gpt2.cu --resume does: the run's
-// settings come from the state header (after checking that a run configured as `now` may
-// continue it, with no setting changed).
+// Builds *t from the newest checkpoint in dir as train_gpt2.cu --resume does, after checking
+// that a run described by `now` may continue it with no setting changed. The run's settings
+// come from the state header alone (restore_resume_options, from defaults), so a setting the
+// header lost would show in the losses.
 void resume(Trainer* t, const std::string& dir, const llmc::CheckpointMeta& now, Omit omit) {
     const std::string state = llmc::resolve_resume_path(dir);
     llmc::CheckpointMeta saved;
@@ -206,21 +198,9 @@ void resume(Trainer* t, const std::string& dir, const llmc::CheckpointMeta& now,
     std::vector<float> weights;
     llmc::read_checkpoint_model(llmc::model_path_for_state(state), saved, &weights);
 
-    Settings& s = t->settings;
-    s.pattern = saved.train_pattern;
-    s.seed = saved.seed;
-    s.shuffle = saved.shuffle != 0;
-    s.schedule.kind = (llmc::LrSchedule)saved.schedule;
-    s.schedule.peak_lr = (float)saved.lr;  // float -> double -> float is exact
-    s.schedule.warmup = saved.warmup;
-    s.schedule.steps = saved.steps;
-    s.schedule.final_frac = (float)saved.final_frac;
-    s.schedule.decay_frac = (float)saved.decay_frac;
-    s.beta1 = (float)saved.beta1;
-    s.beta2 = (float)saved.beta2;
-    s.eps = (float)saved.eps;
-    s.weight_decay = (float)saved.weight_decay;
-    s.grad_clip = (float)saved.grad_clip;
+    llmc::TrainConfig restored;
+    llmc::restore_resume_options(saved, &restored);
+    t->settings = restored;
     t->model.init(saved.cfg, weights);
     if (!omit.moments) {
         t->model.adam_m = opt.m;
@@ -301,7 +281,7 @@ int main() {
     std::filesystem::create_directories(data);
     std::filesystem::create_directories(ckpt);
     write_shards(data, test_config().vocab_size);
-    const Settings settings = default_settings(data);
+    const llmc::TrainConfig settings = default_settings(data);
 
     // 1. The uninterrupted reference.
     Trainer ref;
@@ -312,7 +292,7 @@ int main() {
     int clipped = 0;
     for (int i = 0; i < kSteps; i++) {
         std::printf("step %2d  loss %.9g  norm %.6g  lr %.4e\n", i + 1, ref.losses[i], ref.norms[i],
-                    llmc::lr_at_step(settings.schedule, i + 1));
+                    llmc::lr_at_step(llmc::schedule_of(settings), i + 1));
         clipped += ref.norms[i] > settings.grad_clip;
     }
     check(all_finite(ref.losses) && all_finite(ref.norms), "reference losses and norms finite");

@@ -33,18 +33,6 @@ struct FileCloser {
     }
 };
 
-int64_t double_bits(double x) {
-    int64_t b;
-    std::memcpy(&b, &x, sizeof(b));
-    return b;
-}
-
-double bits_double(int64_t b) {
-    double x;
-    std::memcpy(&x, &b, sizeof(x));
-    return x;
-}
-
 std::string step_name(const char* prefix, long long step) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%s_%08lld.bin", prefix, step);
@@ -109,11 +97,7 @@ std::vector<int64_t> make_header(const CheckpointMeta& m) {
     h[kSlotLayers] = m.cfg.num_layers;
     h[kSlotHeads] = m.cfg.num_heads;
     h[kSlotChannels] = m.cfg.channels;
-    h[kSlotB] = m.B;
-    h[kSlotT] = m.T;
-    h[kSlotTotalBatch] = m.total_batch;
-    h[kSlotSeed] = (int64_t)m.seed;
-    h[kSlotShuffle] = m.shuffle;
+    for (int slot : kOptionSlots) h[slot] = m.options[slot];
     h[kSlotTrainShards] = m.train_shards;
     h[kSlotTrainTokens] = m.train_tokens;
     h[kSlotLoaderEpoch] = m.loader.epoch;
@@ -121,23 +105,17 @@ std::vector<int64_t> make_header(const CheckpointMeta& m) {
     h[kSlotLoaderOffset] = m.loader.offset;
     h[kSlotBadStreak] = m.bad_streak;
     h[kSlotBadTotal] = m.bad_total;
-    h[kSlotSchedule] = m.schedule;
-    h[kSlotWarmup] = m.warmup;
-    h[kSlotSteps] = m.steps;
-    const double doubles[] = {m.lr,    m.final_frac, m.decay_frac,   m.beta1,
-                              m.beta2, m.eps,        m.weight_decay, m.grad_clip};
-    for (int i = 0; i < 8; i++) h[kSlotLr + i] = double_bits(doubles[i]);
     h[kSlotSumModel] = (int64_t)m.sum_model;
     h[kSlotSumM] = (int64_t)m.sum_m;
     h[kSlotSumV] = (int64_t)m.sum_v;
     h[kSlotSumParams] = (int64_t)m.sum_params;
-    h[kSlotOutlierMean] = double_bits(m.outlier_mean);
-    h[kSlotOutlierSq] = double_bits(m.outlier_sq);
+    h[kSlotOutlierMean] = slot_from_double(m.outlier_mean);
+    h[kSlotOutlierSq] = slot_from_double(m.outlier_sq);
     h[kSlotOutlierCount] = m.outlier_count;
     h[kSlotOutlierTotal] = m.outlier_total;
     char* bytes = reinterpret_cast<char*>(h.data());
     std::strncpy(bytes + kStatePrecisionOffset, m.precision.c_str(), 15);
-    std::memcpy(bytes + kStatePatternOffset, m.train_pattern.data(), m.train_pattern.size());
+    std::memcpy(bytes + kStatePatternOffset, m.option_text.data(), m.option_text.size());
     return h;
 }
 
@@ -152,11 +130,7 @@ void parse_header(const std::vector<int64_t>& h, CheckpointMeta* m) {
     m->cfg.num_layers = (int)h[kSlotLayers];
     m->cfg.num_heads = (int)h[kSlotHeads];
     m->cfg.channels = (int)h[kSlotChannels];
-    m->B = (int)h[kSlotB];
-    m->T = (int)h[kSlotT];
-    m->total_batch = h[kSlotTotalBatch];
-    m->seed = (unsigned long long)h[kSlotSeed];
-    m->shuffle = (int)h[kSlotShuffle];
+    for (int slot : kOptionSlots) m->options[slot] = h[slot];
     m->train_shards = h[kSlotTrainShards];
     m->train_tokens = h[kSlotTrainTokens];
     m->loader.epoch = h[kSlotLoaderEpoch];
@@ -164,24 +138,18 @@ void parse_header(const std::vector<int64_t>& h, CheckpointMeta* m) {
     m->loader.offset = h[kSlotLoaderOffset];
     m->bad_streak = h[kSlotBadStreak];
     m->bad_total = h[kSlotBadTotal];
-    m->schedule = (int)h[kSlotSchedule];
-    m->warmup = (int)h[kSlotWarmup];
-    m->steps = (int)h[kSlotSteps];
-    double* doubles[] = {&m->lr,    &m->final_frac, &m->decay_frac,   &m->beta1,
-                         &m->beta2, &m->eps,        &m->weight_decay, &m->grad_clip};
-    for (int i = 0; i < 8; i++) *doubles[i] = bits_double(h[kSlotLr + i]);
     m->sum_model = (uint64_t)h[kSlotSumModel];
     m->sum_m = (uint64_t)h[kSlotSumM];
     m->sum_v = (uint64_t)h[kSlotSumV];
     m->sum_params = (uint64_t)h[kSlotSumParams];
-    m->outlier_mean = bits_double(h[kSlotOutlierMean]);
-    m->outlier_sq = bits_double(h[kSlotOutlierSq]);
+    m->outlier_mean = double_from_slot(h[kSlotOutlierMean]);
+    m->outlier_sq = double_from_slot(h[kSlotOutlierSq]);
     m->outlier_count = h[kSlotOutlierCount];
     m->outlier_total = h[kSlotOutlierTotal];
     const char* bytes = reinterpret_cast<const char*>(h.data());
     m->precision.assign(bytes + kStatePrecisionOffset, strnlen(bytes + kStatePrecisionOffset, 15));
-    m->train_pattern.assign(bytes + kStatePatternOffset,
-                            strnlen(bytes + kStatePatternOffset, kStatePatternMax));
+    m->option_text.assign(bytes + kStatePatternOffset,
+                          strnlen(bytes + kStatePatternOffset, kStatePatternMax));
 }
 
 size_t payload_bytes(const CheckpointMeta& m) {
@@ -222,10 +190,11 @@ void open_state(const std::string& path, CheckpointMeta* meta, FileCloser* file)
         "checkpoint state file '%s' has a bad header: %lld parameters of %d bytes for a "
         "model of %lld parameters.",
         path.c_str(), meta->num_params, meta->param_bytes, expect_params);
-    LLMC_CHECK(meta->step >= 0 && meta->adam_t >= 0 && meta->adam_t <= meta->step && meta->B > 0 &&
-                   meta->T > 0,
-               "checkpoint state file '%s' has a bad header: step %lld, AdamW t %lld, B %d, T %d.",
-               path.c_str(), meta->step, meta->adam_t, meta->B, meta->T);
+    const long long B = meta->options[kSlotB], T = meta->options[kSlotT];
+    LLMC_CHECK(meta->step >= 0 && meta->adam_t >= 0 && meta->adam_t <= meta->step && B > 0 && T > 0,
+               "checkpoint state file '%s' has a bad header: step %lld, AdamW t %lld, B %lld, T "
+               "%lld.",
+               path.c_str(), meta->step, meta->adam_t, B, T);
     LLMC_CHECK(std::isfinite(meta->outlier_mean) && std::isfinite(meta->outlier_sq) &&
                    meta->outlier_count >= 0 && meta->outlier_total >= 0 &&
                    meta->outlier_total <= meta->step,
@@ -295,9 +264,9 @@ void write_checkpoint(const std::string& dir, CheckpointMeta* meta, const float*
     LLMC_CHECK(opt.m.size() == n && opt.v.size() == n &&
                    opt.raw_params.size() == (meta->param_bytes != 4 ? n * meta->param_bytes : 0),
                "internal error: checkpoint arrays do not match %zu parameters", n);
-    LLMC_CHECK((int)meta->train_pattern.size() <= kStatePatternMax,
+    LLMC_CHECK((int)meta->option_text.size() <= kStatePatternMax,
                "the train glob is %zu characters; a checkpoint holds at most %d.",
-               meta->train_pattern.size(), kStatePatternMax);
+               meta->option_text.size(), kStatePatternMax);
     meta->sum_model = checksum64(weights, n * sizeof(float));
     meta->sum_m = checksum64(opt.m.data(), n * sizeof(float));
     meta->sum_v = checksum64(opt.v.data(), n * sizeof(float));
@@ -414,76 +383,6 @@ std::string resolve_resume_path(const std::string& path) {
     if (!S_ISDIR(st.st_mode)) return path;
     const std::vector<long long> steps = list_checkpoints(path);
     return steps.empty() ? std::string() : checkpoint_state_path(path, steps.back());
-}
-
-std::string resume_mismatch(const CheckpointMeta& s, const CheckpointMeta& n) {
-    char buf[1024];
-    const GPT2Config &a = s.cfg, &b = n.cfg;
-    if (s.precision != n.precision) {
-        std::snprintf(buf, sizeof(buf),
-                      "the checkpoint was written by the %s build and this is the %s build; "
-                      "resume it with the %s build (make PRECISION=%s)",
-                      s.precision.c_str(), n.precision.c_str(), s.precision.c_str(),
-                      s.precision == "bf16" ? "BF16" : "FP32");
-    } else if (a.max_seq_len != b.max_seq_len || a.vocab_size != b.vocab_size ||
-               a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers ||
-               a.num_heads != b.num_heads || a.channels != b.channels) {
-        std::snprintf(buf, sizeof(buf),
-                      "the checkpoint holds a model with L=%d NH=%d C=%d V=%d Vp=%d maxT=%d but "
-                      "-e gives L=%d NH=%d C=%d V=%d Vp=%d maxT=%d; resume with the run's -e",
-                      a.num_layers, a.num_heads, a.channels, a.vocab_size, a.padded_vocab_size,
-                      a.max_seq_len, b.num_layers, b.num_heads, b.channels, b.vocab_size,
-                      b.padded_vocab_size, b.max_seq_len);
-    } else if (s.B != n.B || s.T != n.T) {
-        // B is the global micro-batch: GPUs x -b (a multi-GPU run resumes on any GPU count).
-        std::snprintf(buf, sizeof(buf),
-                      "the checkpoint was trained with -b %d -t %d (sequences summed over the "
-                      "GPUs), not -b %d -t %d; resume with the same batch shape (GPUs x -b = %d)",
-                      s.B, s.T, n.B, n.T, s.B);
-    } else if (s.train_pattern != n.train_pattern) {
-        std::snprintf(buf, sizeof(buf),
-                      "the checkpoint was trained on -i '%s', not '%s'; resume with the same "
-                      "train glob",
-                      s.train_pattern.c_str(), n.train_pattern.c_str());
-    } else if (s.train_shards != n.train_shards || s.train_tokens != n.train_tokens) {
-        std::snprintf(buf, sizeof(buf),
-                      "the train glob '%s' now matches %lld shards of %lld tokens in all, but "
-                      "matched %lld shards of %lld tokens when the checkpoint was written; the "
-                      "training data changed",
-                      n.train_pattern.c_str(), n.train_shards, n.train_tokens, s.train_shards,
-                      s.train_tokens);
-    } else if (s.seed != n.seed || s.shuffle != n.shuffle) {
-        std::snprintf(buf, sizeof(buf),
-                      "the checkpoint's run used -s %llu --shuffle %d, not -s %llu --shuffle %d; "
-                      "resume with the same seed and shuffle setting",
-                      s.seed, s.shuffle, n.seed, n.shuffle);
-    } else {
-        return "";
-    }
-    return buf;
-}
-
-std::vector<std::string> resume_changes(const CheckpointMeta& s, const CheckpointMeta& n) {
-    std::vector<std::string> out;
-    auto note = [&out](const char* what, double was, double now) {
-        if (was == now) return;
-        char buf[256];
-        std::snprintf(buf, sizeof(buf), "%s changed from %.9g to %.9g", what, was, now);
-        out.push_back(buf);
-    };
-    note("tokens per step (-d)", (double)s.total_batch, (double)n.total_batch);
-    note("lr schedule (0 constant, 1 linear, 2 cosine, 3 wsd)", s.schedule, n.schedule);
-    note("steps (-x)", s.steps, n.steps);
-    note("warmup (-u)", s.warmup, n.warmup);
-    note("lr (-l)", s.lr, n.lr);
-    note("--lr-final-frac", s.final_frac, n.final_frac);
-    note("--decay-frac", s.decay_frac, n.decay_frac);
-    note("--beta1", s.beta1, n.beta1);
-    note("--beta2", s.beta2, n.beta2);
-    note("--eps", s.eps, n.eps);
-    note("weight decay (-c)", s.weight_decay, n.weight_decay);
-    note("grad clip (-g)", s.grad_clip, n.grad_clip);
-    return out;
 }
 
 std::string model_path_for_state(const std::string& state_path) {

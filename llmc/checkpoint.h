@@ -1,5 +1,6 @@
 // checkpoint.h: training checkpoints on disk (host code, no CUDA): the file format, crash-safe
-// writing, finding the newest complete checkpoint, pruning, and the checks a resume makes.
+// writing, finding the newest complete checkpoint and pruning. Whether a run may continue a
+// checkpoint is the trainer's option table's business (llmc/train_config.h).
 //
 // A checkpoint of step S (S optimizer steps done) is two files in the run directory:
 //   model_SSSSSSSS.bin  an llm.c model file, version 3: the fp32 weights. Bit for bit these are
@@ -23,6 +24,7 @@
 // tensors, so a damaged file, or a model file from another checkpoint, is refused.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -92,27 +94,46 @@ static_assert(kSlotStep == 3 && kSlotNumParams == 5 && kSlotParamBytes == 6 &&
                   kSlotSumModel == 36 && kSlotSumParams == 39,
               "update scripts/test_resume.sh with the state header");
 
+// The slots that hold the run's options. The trainer's option table (llmc/train_config.cpp)
+// says which option each one holds and whether a resume must keep it or may change it; an
+// integer option is stored as it is (a choice as its index among the choices), a float option as
+// the bits of its value as a double. kSlotB holds the global micro-batch, GPUs x -b, so a run may
+// resume on another number of GPUs. The one text option, the train glob, sits at
+// kStatePatternOffset; the table names it kSlotText.
+constexpr int kOptionSlots[] = {kSlotB,       kSlotT,         kSlotTotalBatch,  kSlotSeed,
+                                kSlotShuffle, kSlotSchedule,  kSlotWarmup,      kSlotSteps,
+                                kSlotLr,      kSlotFinalFrac, kSlotDecayFrac,   kSlotBeta1,
+                                kSlotBeta2,   kSlotEps,       kSlotWeightDecay, kSlotGradClip};
+constexpr int kSlotText = kNumStateSlots;
+
+inline int64_t slot_from_double(double x) {
+    int64_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return bits;
+}
+inline double double_from_slot(int64_t bits) {
+    double x;
+    std::memcpy(&x, &bits, sizeof(x));
+    return x;
+}
+
 // Everything in a state header.
 struct CheckpointMeta {
     long long step = 0, adam_t = 0;
     GPT2Config cfg;
     long long num_params = 0;
     int param_bytes = 4;
-    std::string precision;  // "fp32" or "bf16"
-    int B = 0, T = 0;       // B: sequences per micro-step over all GPUs
-    long long total_batch = 0;
-    unsigned long long seed = 0;
-    int shuffle = 0;
-    std::string train_pattern;
-    long long train_shards = 0, train_tokens = 0;
+    std::string precision;                         // "fp32" or "bf16"
+    long long train_shards = 0, train_tokens = 0;  // what the train glob matched
     DataLoaderPosition loader;
     long long bad_streak = 0, bad_total = 0;
     double outlier_mean = 0, outlier_sq = 0;  // --skip-outliers statistics (llmc/outlier.h)
     long long outlier_count = 0, outlier_total = 0;
-    int schedule = 0, warmup = 0, steps = 0;
-    double lr = 0, final_frac = 0, decay_frac = 0;
-    double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
     uint64_t sum_model = 0, sum_m = 0, sum_v = 0, sum_params = 0;  // set by the writer
+    // The run's options, by slot: the entries of kOptionSlots (the others stay 0), and the text
+    // option (the train glob).
+    int64_t options[kNumStateSlots] = {};
+    std::string option_text;
 };
 
 struct OptimizerState {
@@ -156,14 +177,6 @@ void read_checkpoint_model(const std::string& model_path, const CheckpointMeta& 
 // complete checkpoint). Returns "" for a directory without checkpoints; exits with a sentence
 // for a path that is neither.
 std::string resolve_resume_path(const std::string& path);
-
-// Why a run configured as `now` cannot continue the checkpoint `saved`, as one sentence ("" when
-// it can): another precision, model shape, B or T, train glob, data (shard count or tokens),
-// seed or shuffle setting.
-std::string resume_mismatch(const CheckpointMeta& saved, const CheckpointMeta& now);
-// Settings that may change on resume but make the run differ from an uninterrupted one (total
-// batch, schedule, lr, steps, AdamW constants): one line for each that changed.
-std::vector<std::string> resume_changes(const CheckpointMeta& saved, const CheckpointMeta& now);
 
 // The model path that belongs to a state path (same directory, same step).
 std::string model_path_for_state(const std::string& state_path);

@@ -81,7 +81,7 @@ struct DataLoader {
     DataLoader& operator=(const DataLoader&) = delete;
 };
 
-// pattern: a glob such as "data/tinyshakespeare/*_train.bin"; it may match many files, which are
+// pattern: a glob such as "data/brown/*_train_*.bin"; it may match many files, which are
 // sorted by name. B, T: batch shape. vocab_size: every token id must be below it. rank of
 // world_size: which share of each epoch this process serves (0 <= rank < world_size); refused
 // when an epoch has fewer batches than world_size. Loads the shard of this rank's first batch of

@@ -1,8 +1,15 @@
-// train_config.h: the trainer's options: one struct with a default and a comment per field,
-// one parser, one printer. Every value is validated with a sentence that says what to do.
+// train_config.h: the trainer's options: one struct with a default and a comment per field, and
+// one option table (train_options) from which come the parser, the --help text, the printed
+// configuration, DIR/config.json and the options a checkpoint records for a resume, with which
+// of them a resume must keep and which it may change (llmc/train_resume.h). Every value is
+// validated with a sentence that says what to do.
 #pragma once
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include "cli.h"
+#include "schedule.h"
 
 namespace llmc {
 
@@ -11,7 +18,7 @@ struct TrainConfig {
     std::string val_pattern;            // -j  glob of validation shards ("" = no validation)
     std::string model = "d12";          // -e  model file, or a preset d12|d24|d36|d48
     std::string output_dir;             // -o  where the final model is written ("" = none)
-    int B = 4;                          // -b  micro-batch size (sequences)
+    int B = 4;                          // -b  micro-batch size (sequences, per GPU)
     int T = 1024;                       // -t  sequence length
     long long total_batch = -1;         // -d  tokens per step; -1 = B*T (no accumulation)
     int steps = 20;                     // -x  optimizer steps
@@ -20,10 +27,10 @@ struct TrainConfig {
     float weight_decay = 0.0f;          // -c  AdamW decay (2-D weights only)
     float beta1 = 0.9f, beta2 = 0.95f;  //     AdamW moments
     float eps = 1e-8f;                  //     AdamW epsilon
-    float grad_clip = 1.0f;             // -g  clip the global gradient norm (0 = off)
+    float grad_clip = 1.0f;             // --grad-clip  clip the global gradient norm (0 = off)
     int val_every = 0;                  // -v  validate every N steps (0 = only at the end)
     int val_batches = 20;               // -m  batches per validation
-    unsigned long long seed = 42;       // -s  seed of the random init (presets) and shuffle
+    unsigned long long seed = 42;       // --seed  of the random init (presets) and shuffle
     int tf32 = 1;                       // --tf32 0|1  TF32 matmuls in the fp32 build
     int graph = 1;                      // --graph 0|1 replay the step as a CUDA graph
     int autotune = 1;                   // --autotune 0|1 time cuBLASLt's candidates once
@@ -72,16 +79,34 @@ struct TrainConfig {
     std::string init_file;  // --init-file PATH  share the NCCL id through a file, not TCP
 };
 
+// The option table, bound to cfg's fields: each option's names, range or choices, help, JSON
+// key and, for a resume, whether it must be kept (cli::Resume) and its checkpoint slot
+// (llmc/checkpoint.h). Headings group the options.
+std::vector<cli::Option> train_options(TrainConfig* cfg);
+// The trainer's command line: the table, the usage and help texts, and llm.c's flags that mean
+// something else here, refused with a sentence naming this trainer's option.
+cli::Program train_program(TrainConfig* cfg);
+
 // Parses argv into cfg. Prints the help and exits 0 on -h/--help; exits 2 with one sentence
-// on an unknown flag, a missing or malformed value, or a value out of range. cfg->world_size
-// must be set first: -d counts the tokens of all ranks and defaults to world_size * B * T.
+// on an unknown option, a stray word, a missing or malformed value, a value out of range, or an
+// llm.c option that means something else here. cfg->world_size must be set first: -d counts the
+// tokens of all ranks and defaults to world_size * B * T.
 void parse_train_args(int argc, char** argv, TrainConfig* cfg);
 
-// Prints the resolved configuration, one option a line.
+// Prints the resolved configuration: the options by group as a command line would give them,
+// then the tokens per step (and the GPUs).
 void print_train_config(const TrainConfig& cfg, FILE* out);
 
-// Writes the resolved configuration as one JSON object (every field above, by its long name),
-// followed by `extra` (already formatted "key": value pairs, may be empty).
+// Writes the resolved configuration as one JSON object (every option by its key, and
+// world_size), followed by `extra` (already formatted "key": value pairs, may be empty).
 void write_train_config_json(const TrainConfig& cfg, const std::string& extra, FILE* out);
+
+// Checks every file the run will write before it starts: creates the -o directory (mkdir -p)
+// and checks that it is writable, and checks that --json-summary's directory exists and that the
+// file can be written there, leaving nothing behind that was not there. Exits 1 with a sentence.
+void check_output_paths(const TrainConfig& cfg);
+
+// The learning-rate schedule the options describe.
+ScheduleConfig schedule_of(const TrainConfig& cfg);
 
 }  // namespace llmc

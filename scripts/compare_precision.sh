@@ -101,7 +101,7 @@ for run in $runs; do
     [ "$run" = fp32 ] && flags=(--tf32 "$tf32")
     [ "$run" = tf32 ] && flags=(--tf32 1)
     t0=$SECONDS
-    if ! "$bin" -i "$data" -e "$preset" -s "$seed" -x "$steps" -b "$B" -t "$T" -l "$lr" "${flags[@]}" \
+    if ! "$bin" -i "$data" -e "$preset" --seed "$seed" -x "$steps" -b "$B" -t "$T" -l "$lr" "${flags[@]}" \
         >"$outdir/train_$run.log" 2>&1; then
         echo "error: the $run run failed; last lines of $outdir/train_$run.log:" >&2
         tail -n 8 "$outdir/train_$run.log" >&2

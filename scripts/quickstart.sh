@@ -30,7 +30,7 @@ done
 val_batches=$(((val_tokens - 1) / (B * T)))
 [ "$val_batches" -ge 1 ] || val_batches=1
 train=(./train_gpt2cu -i "$data/brown_train_*.bin" -j "$data/brown_val_*.bin" -e d12
-       -b "$B" -t "$T" -x 500 -l 6e-4 -u 50 -c 0.1 -g 1.0 -v 50 -m "$val_batches"
+       -b "$B" -t "$T" -x 500 -l 6e-4 -u 50 -c 0.1 --grad-clip 1.0 -v 50 -m "$val_batches"
        -o out/brown_d12 --resume "$@")
 shown="./train_gpt2cu -i '$data/brown_train_*.bin' -j '$data/brown_val_*.bin' ${train[*]:5}"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# test_cli.sh: the trainer refuses bad options with one sentence and exit code 2 (1 for a bad
-# file), before it touches a GPU, so this runs anywhere. Each case checks the exit code and a
-# key phrase of the message.
+# test_cli.sh: the trainer, generate_gpt2cu, profile_gpt2cu and test_gpt2cu refuse bad options
+# with one sentence and exit code 2 (1 for a bad file or output path), before they touch a GPU,
+# so this runs anywhere. Each case checks the exit code and a key phrase of the message (a grep
+# pattern). dev/test_cli.cpp tests the option-table parser itself.
 set -u
 cd "$(dirname "$0")/.."
 bin=./train_gpt2cu
@@ -60,7 +61,7 @@ expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4
 expect 1 "token id 65535" -i "$tmp/bad_ids.bin" -b 1 -t 4 --prefetch 0 --shuffle 0
 # HellaSwag, telemetry, llm.c interop options (checked before the GPU is touched).
 { printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x08\x00\x00\x00'; head -c 1028 /dev/zero; } >"$tmp/ok.bin"
-expect 2 "llm.c's HellaSwag switch; here pass --hellaswag FILE" -i x -h 1
+expect 2 "llm.c's switch for its HellaSwag evaluation; here pass --hellaswag FILE" -i x -h 1
 expect 2 "--eval-every needs an eval file" -i x --eval-every 10
 expect 2 "--model-dtype must be fp32 or bf16" -i x --model-dtype fp16
 expect 2 "--gpu-log must be in" -i x --gpu-log -1
@@ -98,6 +99,44 @@ expect 1 "cannot open the tokenizer file '$tmp/missing.bin'" -i "$tmp/ok.bin" -b
     --sample-every 1 --tokenizer "$tmp/missing.bin"
 expect 1 "not an llm.c tokenizer file" -i "$tmp/ok.bin" -b 1 -t 4 --sample-every 1 \
     --tokenizer "$tmp/ok.bin"
+# The CLI tells the truth: each refusal is named for what it is.
+expect 2 "unknown option --bogus" -i x --bogus
+expect 2 "unknown option --sead; did you mean --seed?" -i x --sead 3
+expect 2 "stray argument 'stray_word' after -i X" -i X stray_word
+expect 2 "quote it: -i 'data/brown/\*_train_\*.bin'" -i data/a_train_000000.bin data/a_train_000001.bin
+expect 2 "-x needs a value (N)" -i x -x
+expect 2 "-x needs a value (N), but -b follows it" -i x -x -b 4
+expect 2 "--batch-size must be in" -i x --batch-size 0
+expect 2 "-b must be in 1..65536, got 0" -i x -b=0
+expect 2 "--tf32 must be in 0..1, got 2" -i x --tf32=2
+# -k=VALUE and --key=VALUE are accepted: the run gets past its options to the missing data.
+expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -b=4 --tf32=1 --seq-len=64 --input="$tmp/none_*.bin"
+# llm.c's flags that mean something else here: the llm.c meaning and this trainer's option.
+expect 2 "-s N is llm.c's sample_every; here text samples are --sample-every N and the seed is --seed N" \
+    -i x -s 20000
+expect 2 "llm.c's genT.*--sample-tokens N.*--grad-clip NORM" -i x -g 64
+expect 2 "HellaSwag.*-h or --help alone prints the help" -h 0
+expect 0 "usage: train_gpt2cu" -h
+for f in -n:--checkpoint-every -nk:--keep-last -nm:--keep-every -y:--resume -q:--lr-final-frac \
+         -k:--lr-schedule -a:--overfit-batch -f:--tf32 -w:"no equivalent" -ge:"no equivalent" \
+         -z:--zero -r:--recompute -lg:--gpu-log -sl:--skip-outliers -sg:--skip-outliers \
+         -pn:launch.sh -pr:LLMC_RANK -pg:srun -pi:--init-file -pm:LLMC_MASTER_ADDR \
+         -ps:LLMC_MASTER_ADDR -pf:--init-file -pp:--init-file; do
+    expect 2 "${f%%:*} .*is llm.c's .*${f#*:}" -i x "${f%%:*}" 1
+done
+# Globs that match prepare_data's shards (NAME_train_000000.bin).
+expect 0 "'data/brown/\*_train_\*.bin'" --help
+expect 2 "pass -i 'DIR/\*_train_\*.bin', e.g. -i 'data/brown/\*_train_\*.bin'"
+# Every output path is checked before the first step (and before the data), creating nothing.
+expect 1 "--json-summary $tmp/no/such/x.json: the directory $tmp/no/such does not exist" \
+    -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp/no/such/x.json"
+expect 1 "--json-summary $tmp is not a regular file" -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp"
+expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64 --json-summary "$tmp/summary.json"
+if [ -e "$tmp/summary.json" ]; then
+    bad=$((bad + 1)); echo "FAIL: the check of --json-summary left $tmp/summary.json behind"
+else ok=$((ok + 1)); fi
+expect 1 "cannot create the output directory" -i "$tmp/none_*.bin" -t 64 \
+    --json-summary "$tmp/summary.json" -o "$tmp/file/sub"
 # generate_gpt2cu: the same rules.
 bin=./generate_gpt2cu
 expect 0 "usage: generate_gpt2cu" --help
@@ -111,7 +150,12 @@ expect 2 "--max-tokens must be in" --load x --prompt-ids 1 --max-tokens 0
 expect 2 "--temperature must be in" --load x --prompt-ids 1 --temperature -1
 expect 2 "--top-k must be in" --load x --prompt-ids 1 --top-k -2
 expect 2 "--print-ids must be in" --load x --prompt-ids 1 --print-ids 2
-expect 2 "unknown option" --load x --prompt-ids 1 --bogus 1
+expect 2 "unknown option --bogus" --load x --prompt-ids 1 --bogus 1
+expect 2 "unknown option --bogus" --load x --prompt-ids 1 --bogus
+expect 2 "stray argument 'stray' after --prompt-ids 1" --load x --prompt-ids 1 stray
+expect 2 "--max-tokens needs a value (N)" --load x --prompt-ids 1 --max-tokens
+expect 1 "could not open the model file '$tmp/missing_model.bin'" --load="$tmp/missing_model.bin" \
+    --prompt-ids=1 --max-tokens=3
 expect 1 "could not open the model file '$tmp/missing_model.bin'" --load "$tmp/missing_model.bin" \
     --prompt-ids 1
 expect 1 "junk.bin" --load "$tmp/junk.bin" --prompt-ids 1
@@ -122,5 +166,17 @@ expect 1 "cannot open the tokenizer file" --load x --prompt-ids 1 --tokenizer "$
 { printf '\xc8\xd7\x34\x01\x02\x00\x00\x00\x01\x00\x00\x00'; head -c 1012 /dev/zero; printf '\x01a'; } \
     >"$tmp/tok.bin"
 expect 1 "needs GPT-2's encoder.json and vocab.bpe" --load x --prompt hi --tokenizer "$tmp/tok.bin"
+# profile_gpt2cu and test_gpt2cu: the same parser.
+bin=./profile_gpt2cu
+expect 0 "usage: profile_gpt2cu" --help
+expect 2 "-b must be in 1..65536, got 0" -b 0
+expect 2 "--steps needs a whole number, got 'x'" --steps x
+expect 2 "unknown option --bogus" --bogus
+expect 2 "stray argument 'stray' after -b 2" -b 2 stray
+bin=./test_gpt2cu
+expect 0 "usage: test_gpt2cu" --help
+expect 2 "--model and --state are required" --model x
+expect 2 "--graph must be in 0..1, got 2" --model x --state y --graph 2
+expect 2 "unknown option --bogus" --model x --state y --bogus
 echo "test_cli: $ok passed, $bad failed"
 [ "$bad" = 0 ]

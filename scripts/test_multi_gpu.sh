@@ -149,7 +149,7 @@ EOF
 fi
 TRAIN="$DATA/*_train_*.bin"
 VAL="$DATA/*_val_*.bin"
-COMMON=(-i "$TRAIN" -j "$VAL" -e d12 -t 1024 -x 50 -l 3e-4 --autotune 0 -s 42 -v 25 -m 4)
+COMMON=(-i "$TRAIN" -j "$VAL" -e d12 -t 1024 -x 50 -l 3e-4 --autotune 0 --seed 42 -v 25 -m 4)
 
 # run NAME NGPU ARGS...: the trainer on 1 GPU or through scripts/launch.sh on NGPU, 120 s limit.
 # Rank 0's output in $W/NAME.log, other ranks' in $W/NAME.ranks/.
@@ -304,7 +304,7 @@ echo
 # The bars of the multi-GPU issue: >= 0.95 on 2 GPUs, >= 0.90 on 4. PASS here means >= 0.90 on
 # any count (a slower machine of the kind moves the 2-GPU figure by 1-2%); the figure is printed
 # for the bar to be read against.
-SPEED=(-i "$TRAIN" -e d12 -t 1024 -b 64 -x 25 -l 3e-4 -s 42)
+SPEED=(-i "$TRAIN" -e d12 -t 1024 -b 64 -x 25 -l 3e-4 --seed 42)
 run speed1 1 "${SPEED[@]}"
 run "speed${NG}_zero0" "$NG" "${SPEED[@]}" --zero 0
 tok1=$(num "$W/speed1.log" '\| ([0-9.]+) tok/s \| MFU [0-9.]+% \| device')

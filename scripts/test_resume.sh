@@ -24,6 +24,8 @@
 #   7. --skip-outliers 1 on a shard whose every 4th batch is one repeated (unseen) token: some
 #      steps after the 20th are skipped, each leaves every array of its checkpoint equal to the previous
 #      step's; a stop at 35 and resume repeats every decision.
+#   8. a --json-summary whose directory vanishes during the run: the run exits 1 naming the
+#      summary file, with its final model.bin written (the model comes before the summary).
 # Prints PASS or FAIL per check and exits 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +62,7 @@ EOF
 
 COMMON=(-i "$WORK/data/rand_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
         -b 4 -t 128 -x 100 -l 1e-3 -u 10 --lr-schedule cosine --lr-final-frac 0.1 -c 0.1
-        -v 25 -m 4 --autotune 0 -s 1234)
+        -v 25 -m 4 --autotune 0 --seed 1234)
 
 # Verifies every checkpoint in a run directory; prints the newest complete step (or -1).
 verify_dir() {
@@ -277,7 +279,7 @@ with open(f"{out}/spiky_train_000000.bin", "wb") as f:
     f.write(header.tobytes()); f.write(tok.astype("<u2").tobytes())
 EOF
 OUTL=(-i "$WORK/odata/spiky_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
-      -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --autotune 0 -s 1234
+      -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --autotune 0 --seed 1234
       --skip-outliers 1 --outlier-window 10 --max-bad-steps 0)
 "$BIN" "${OUTL[@]}" -o "$WORK/outl" --checkpoint-every 1 --keep-last 100 >"$WORK/outl.log" 2>&1
 rc=$?
@@ -313,6 +315,26 @@ same=$?
 [ $rc = 0 ] && [ $same = 0 ] && grep -q '"skipped": true' "$WORK/outl_split/log.jsonl"
 st=$?  # before the message: a command substitution in it would reset $?
 verdict "--skip-outliers stop at 35, resume: steps 1..60 bit-identical, skips included: $(tail -1 <<<"$out")" $st "$out"
+
+# --- 8. the final model before the summary ---------------------------------------------------
+# The summary's directory exists at start (checked before the first step) and is removed once
+# the first step is logged, so only the summary at the very end can fail.
+mkdir -p "$WORK/summ_dir"
+"$BIN" "${COMMON[@]}" -x 400 -v 0 -o "$WORK/summ" --json-summary "$WORK/summ_dir/s.json" \
+    >"$WORK/summ.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+    grep -q '^step ' "$WORK/summ.log" 2>/dev/null && break
+    sleep 0.05
+done
+rm -rf "$WORK/summ_dir"
+wait $pid
+rc=$?
+[ $rc = 1 ] && grep -q "cannot write the summary file" "$WORK/summ.log" &&
+    cmp -s "$WORK/summ/model.bin" "$WORK/summ/model_00000400.bin"
+st=$?  # before the message: a command substitution in it would reset $?
+verdict "a summary that cannot be written: exit $rc with the final model.bin beside it" $st \
+    "(want exit 1, 'cannot write the summary file' and model.bin; see $WORK/summ.log)"
 
 echo "test_resume: $passed passed, $failed failed"
 [ "$failed" = 0 ]
