@@ -2,11 +2,14 @@
 //
 // One JSON object per line and per optimizer step, written and flushed when the step ends:
 //   {"step": 51, "loss": 3.14159274, "val_loss": 3.2, "lr": 0.0003, "norm": 1.5, "ms": 32.1,
-//    "tok_s": 127000, "mfu": 0.221, "skipped": false}
+//    "period_ms": 32.9, "tok_s": 127000, "mfu": 0.221, "skipped": false}
 // loss and val_loss are printed with 9 significant digits, enough to tell every fp32 value
 // apart, so two runs can be compared bit for bit from their logs; val_loss only on the steps
 // that validate; a non-finite value is written as null (JSON has no NaN). skipped: the step's
-// loss or gradient norm was not finite, so the optimizer left the weights alone.
+// loss or gradient norm was not finite, so the optimizer left the weights alone. ms is the GPU
+// step (CUDA events around its launch); period_ms the wall clock since the previous record, so
+// the host's work between steps too (data, launch, the wait, printing, logging; and validation,
+// samples and checkpoints where they ran).
 // scripts/plot.py draws these files.
 #pragma once
 #include <cstdio>
@@ -19,7 +22,7 @@ struct StepRecord {
     float loss = 0, lr = 0, norm = 0;
     bool has_val = false;
     float val_loss = 0;
-    double ms = 0, tok_s = 0, mfu = 0;
+    double ms = 0, period_ms = 0, tok_s = 0, mfu = 0;
     bool skipped = false;
 };
 
