@@ -395,9 +395,10 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
 // recompute 2 before each layernorm recomputation (ln1 and ln2 share one buffer). Those waits
 // also cover dfch and dqkv: the next writer of each comes after a wait on a later mark. The
 // kernels, their inputs and their order of sums are those of the single-stream backward.
-// Tried earlier: a side stream for the reductions only (the layernorm backward's weight/bias
-// reduce, the fc and qkv bias sums), joined before each layernorm backward: 10.00 vs 9.86 ms at
-// d12 B=4 and 119.1 vs 118.0 ms at B=64 (H100, commit b15875f).
+// A side stream for the small reductions alone, joined before each layernorm backward, was
+// slower at d12 B=4 and B=64 (the performance log in docs/ has the figures): here the weight
+// GEMMs, half of the backward's work, may go beside the chain, and each switch can be measured
+// alone (scripts/step_profile.sh --ab).
 void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     NvtxRange range("backward");
     const GPT2Config& cfg = m->cfg;
