@@ -7,7 +7,11 @@
 // step and compares every parameter gradient (per tensor: max abs error, error norm relative
 // to the reference norm, worst element), then runs the dump's AdamW steps and compares each
 // step's loss. Then builds the model in the other two recompute modes, runs one step on the same
-// batch and checks their gradients against the first. The classifier runs in three chunks (the
+// batch and checks their gradients against the first; then once more with every step switch of
+// context.cuh flipped (graph branches, programmatic dependent launch, the layernorm backward and
+// classifier variants), whose gradients and step losses must be bitwise the first's (run it with
+// LLMC_BRANCHES=all LLMC_PDL=1 LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1 to
+// exercise the recompute modes with them on). The classifier runs in three chunks (the
 // last one shorter), so the chunked path is what is compared. Exits 1 on any mismatch. The fp32
 // build's bounds are fixed; the bf16 build's are a multiple of PyTorch's own bf16 autocast error
 // on the same batch, which the dump's trailer holds (version 2), and each row prints ours,
@@ -251,6 +255,67 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
     return ok;
 }
 
+// Builds the model again with every switch of context.cuh flipped (all on when the context has
+// them off, else all off), runs the same steps on the same batch (with graph, the second and
+// later from the captured graph) and compares the first step's gradients and every step's loss
+// with the first model's, bitwise: the switches change where and when kernels run, never what
+// they compute or the order of any sum. The matmul plans are the context's, so the same cuBLASLt
+// algorithms run either way.
+bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vector<float>& params,
+                            const DebugState& st, const AdamWHyper& hyper, int recompute,
+                            bool graph, const std::vector<float>& ref_grads,
+                            const std::vector<float>& ref_losses) {
+    const unsigned branches = ctx->branches;
+    const bool pdl = ctx->pdl;
+    const int ln_variant = ctx->layernorm_backward_variant, cls_variant = ctx->classifier_variant;
+    const bool on = branches == 0;
+    context_set_overlap(ctx, on ? kBranchAll : 0, on);
+    ctx->layernorm_backward_variant = on ? 1 : 0;
+    ctx->classifier_variant = on ? 1 : 0;
+    const std::string flipped = context_overlap_summary(*ctx);
+    const size_t N = (size_t)st.B * st.T;
+    std::vector<float> grads, losses;
+    {
+        GPT2 model;
+        gpt2_create(*ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
+        std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
+        std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
+        for (size_t k = 0; k < ref_losses.size(); k++) {
+            model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+            model.io.step_values->step = (int)k + 1;
+            gpt2_step(*ctx, &model, graph);
+            CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+            losses.push_back(model.io.results[0]);
+            if (k == 0) gpt2_download_grads(*ctx, model, &grads);
+        }
+    }
+    context_set_overlap(ctx, branches, pdl);
+    ctx->layernorm_backward_variant = ln_variant;
+    ctx->classifier_variant = cls_variant;
+    size_t first = ref_grads.size();
+    for (size_t i = 0; i < ref_grads.size() && first == ref_grads.size(); i++) {
+        if (std::memcmp(&grads[i], &ref_grads[i], sizeof(float)) != 0) first = i;
+    }
+    size_t first_loss = ref_losses.size();
+    for (size_t k = 0; k < ref_losses.size() && first_loss == ref_losses.size(); k++) {
+        if (std::memcmp(&losses[k], &ref_losses[k], sizeof(float)) != 0) first_loss = k;
+    }
+    const bool ok = first == ref_grads.size() && first_loss == ref_losses.size();
+    if (first != ref_grads.size()) {
+        std::printf("switches (%s): gradients differ: first at [%zu] got %+.9e ref %+.9e  FAIL\n",
+                    flipped.c_str(), first, grads[first], ref_grads[first]);
+    } else if (first_loss != ref_losses.size()) {
+        std::printf("switches (%s): step %zu loss differs: got %.9g ref %.9g  FAIL\n",
+                    flipped.c_str(), first_loss, losses[first_loss], ref_losses[first_loss]);
+    } else {
+        std::printf(
+            "switches (%s): gradients (%zu values) and the losses of %zu steps bitwise "
+            "the same  ok\n",
+            flipped.c_str(), ref_grads.size(), ref_losses.size());
+    }
+    return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -348,6 +413,9 @@ int main(int argc, char** argv) {
         tally.record(same_grads_with_recompute(ctx, cfg, params, st, hyper, r, opt.recompute,
                                                opt.graph != 0, grads));
     }
+    // 5. Every step switch flipped: the same gradients and losses (see same_run_with_switches).
+    tally.record(same_run_with_switches(&ctx, cfg, params, st, hyper, opt.recompute, opt.graph != 0,
+                                        grads, step_losses));
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);
     return tally.failed == 0 ? 0 : 1;
 }

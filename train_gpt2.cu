@@ -161,14 +161,19 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
+// median_ms: the GPU step (events around the launch); wall_ms: the host's data fill, the launch
+// and the wait, the window PyTorch's reference times; period_ms: from one step's log record to
+// the next, the host's work between steps included (main's summary lines say which steps).
 void write_json_summary(const std::string& path, const TrainConfig& tc, const Context& ctx,
-                        double median_ms, double wall_ms, double tok_s, double mfu, double peak_mib,
-                        const std::vector<float>& losses) {
+                        double median_ms, double wall_ms, double period_ms, double tok_s,
+                        double mfu, double peak_mib, const std::vector<float>& losses) {
     FILE* f = std::fopen(path.c_str(), "w");
     LLMC_CHECK(f != nullptr, "cannot write the summary file %s (%s) after training finished.",
                path.c_str(), std::strerror(errno));
-    std::fprintf(f, "{\"median_ms\": %.4f, \"wall_ms\": %.4f, \"tok_per_s\": %.1f, \"mfu\": %.4f, ",
-                 median_ms, wall_ms, tok_s, mfu);
+    std::fprintf(f,
+                 "{\"median_ms\": %.4f, \"wall_ms\": %.4f, \"period_ms\": %.4f, \"tok_per_s\": "
+                 "%.1f, \"mfu\": %.4f, ",
+                 median_ms, wall_ms, period_ms, tok_s, mfu);
     std::fprintf(f, "\"peak_mem_mib\": %.1f, \"prefetch\": %d, \"overfit_batch\": %d, ", peak_mib,
                  tc.prefetch, tc.overfit_batch);
     std::fprintf(f, "\"B\": %d, \"T\": %d, \"steps\": %d, \"precision\": \"%s\", \"tf32\": %d, ",
@@ -551,6 +556,9 @@ int main(int argc, char** argv) {
     std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
                 ctx.props.name, ctx.props.multiProcessorCount, kPrecisionName, mm_precision,
                 peak_tflops);
+    if (ctx.branches != 0 || ctx.pdl || ctx.layernorm_backward_variant != 0 ||
+        ctx.classifier_variant != 0)
+        std::printf("step switches    %s\n", context_overlap_summary(ctx).c_str());
     std::printf("config           L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %.1fM parameters\n",
                 cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, model.num_params / 1e6);
@@ -579,7 +587,10 @@ int main(int argc, char** argv) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    std::vector<double> step_ms, data_ms, wall_ms;
+    std::vector<double> step_ms, data_ms, wall_ms, period_ms;
+    // The previous log record's time, and whether a checkpoint was written since.
+    auto record_time = std::chrono::steady_clock::now();
+    bool checkpointed = false;
     std::vector<float> losses;
     const int first_step = (int)run.step + 1;
     // As llm.c: with --eval-every, HellaSwag also scores the model a new run starts from.
@@ -658,15 +669,24 @@ int main(int argc, char** argv) {
             std::printf("val loss %.6f (step %d, %d batches)\n", rec.val_loss, step,
                         tc.val_batches);
         }
-        if (has_hellaswag && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps))
-            log_hellaswag(ctx, &model, hellaswag, step, &rec, llmc_log);
+        const bool evaluated =
+            has_hellaswag && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
+        if (evaluated) log_hellaswag(ctx, &model, hellaswag, step, &rec, llmc_log);
         if (gpu_monitor.is_open() && step % tc.gpu_log == 0)
             log_gpu_sample(&gpu_monitor, step, &rec);
         llmc_log.train(step, rec.loss, rec.lr, rec.norm);
         if (rec.has_val) llmc_log.val(step, rec.val_loss);
-        if (root && tc.sample_every > 0 && !rec.skipped &&
-            (step % tc.sample_every == 0 || step == tc.steps))
+        const bool sampled = root && tc.sample_every > 0 && !rec.skipped &&
+                             (step % tc.sample_every == 0 || step == tc.steps);
+        if (sampled)
             print_sample(ctx, &model, tc, has_decoder ? &sample_decoder : nullptr, step, &log);
+        const auto now = std::chrono::steady_clock::now();
+        rec.period_ms = std::chrono::duration<double, std::milli>(now - record_time).count();
+        record_time = now;
+        // The median period stands for plain steps: no validation, HellaSwag, sample or
+        // checkpoint inside.
+        if (step >= first_step + 2 && !rec.has_val && !evaluated && !sampled && !checkpointed)
+            period_ms.push_back(rec.period_ms);
         log.write(rec);
         if (outlier) {
             std::fprintf(stderr,
@@ -704,6 +724,7 @@ int main(int argc, char** argv) {
             stopped = multi_gpu_host_reduce(ctx, dist, stopped ? 1.0f : 0.0f, kNcclMax) > 0.5f;
         const bool due = step == tc.steps || stopped ||
                          (tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0);
+        checkpointed = has_output && due;
         if (has_output && due) {
             if (run.bad_streak > 0) {
                 std::printf("checkpoint       not written at step %d: the step was not finite\n",
@@ -729,6 +750,11 @@ int main(int argc, char** argv) {
     // Wall clock covers the host's batch fill, the launch and the wait: what the loader costs.
     std::printf("wall clock: median %.3f ms per step (data fill + launch + GPU)\n",
                 median(wall_ms));
+    // Everything the loop does per step, so the GPU's idle time between steps shows here.
+    std::printf(
+        "step period: median %.3f ms from one step's log record to the next (%zu steps without "
+        "validation, sample or checkpoint; the GPU step is %.3f ms of it)\n",
+        median(period_ms), period_ms.size(), median(step_ms));
     const double tok_s = med > 0 ? tc.total_batch / (med / 1e3) : 0.0;
     const double mfu =
         (med > 0 && peak_tflops > 0) ? flops_per_step / (med / 1e3) / (peak_tflops * 1e12) : 0.0;
@@ -749,8 +775,8 @@ int main(int argc, char** argv) {
     if (root && has_output && checkpoint_ok && run.step == tc.steps)
         write_final_model(tc.output_dir, run.step, cfg, tc.model_dtype);
     if (root && !tc.json_summary.empty())
-        write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), tok_s, mfu, peak_mib,
-                           losses);
+        write_json_summary(tc.json_summary, tc, ctx, med, median(wall_ms), median(period_ms), tok_s,
+                           mfu, peak_mib, losses);
     if (stopped && run.step < tc.steps) {
         if (!has_output)
             std::printf("stopped after step %lld; no -o, so no checkpoint was written\n", run.step);

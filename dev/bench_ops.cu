@@ -18,6 +18,8 @@
 //   3. Bytes are the minimal traffic: each input read once, each output written once, an
 //      accumulated output read and written once; scratch traffic and second passes are not
 //      counted, so the % column is the distance from the floor. Each row prints its formula.
+// Ops with kernel variants (layernorm_backward, fused_classifier) get a row per variant. With
+// LLMC_PDL=1 our kernels launch with programmatic dependent launch, as the trainer would run them.
 // Rows under 80% of the copy bandwidth are flagged with '<80%'. loss_accumulate moves 256 KiB:
 // it is launch-bound by nature and is listed for completeness.
 // Last measured: not yet measured on a GPU.
@@ -157,7 +159,7 @@ double gb_per_s(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
 void print_row(const Row& r, double copy_gbs) {
     const double gbs = gb_per_s(r.bytes, r.t.median_ms);
     const double frac = gbs / copy_gbs;
-    std::printf("| %-34s | %9.1f | %9.1f | %9.1f | %9.1f | %7.0f | %5.1f%% | %-4s | %s |\n",
+    std::printf("| %-46s | %9.1f | %9.1f | %9.1f | %9.1f | %7.0f | %5.1f%% | %-4s | %s |\n",
                 r.name.c_str(), r.bytes / 1e6, r.t.median_ms * 1e3, r.t.min_ms * 1e3,
                 r.t.p90_ms * 1e3, gbs, 100.0 * frac, frac < kFlagFraction ? "<80%" : "",
                 r.formula.c_str());
@@ -211,7 +213,7 @@ void bench_encoder(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
                      4.0 * kN + kX * ((double)NC + 2.0 * U * kC + 2.0 * kT * kC), t});
 }
 
-void bench_layernorm(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
+void bench_layernorm(Context& ctx, Timer& timer, std::vector<Row>* rows) {
     const size_t NC = (size_t)kN * kC;
     DeviceBuffer<floatX> inp1(NC), inp2(NC), residual(NC), out(NC), dout(NC), dinp(NC);
     DeviceBuffer<floatX> weight(kC), bias(kC), dweight(kC), dbias(kC), dres_bias(kC);
@@ -240,15 +242,21 @@ void bench_layernorm(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     rows->push_back({"fused_residual_layernorm_forward", "X*(4*N*C + 2*C) + 8N",
                      kX * (4 * nc + 2.0 * kC) + 8.0 * kN, t});
     // mean and rstd of `residual` are what the forward just saved: the backward's real inputs.
-    t = timer.time([&] {
-        layernorm_backward(ctx, dinp.get(), dweight.get(), dbias.get(), scratch.get(), dout.get(),
-                           residual.get(), weight.get(), mean.get(), rstd.get(), kN, kC,
-                           dres_bias.get());
-    });
     // dout, inp read; dinp read and written (+=); weight read; dweight, dbias and the residual
-    // projection's bias gradient read and written (the call the model makes).
-    rows->push_back(
-        {"layernorm_backward", "X*(4*N*C + 7*C) + 8N", kX * (4 * nc + 7.0 * kC) + 8.0 * kN, t});
+    // projection's bias gradient read and written (the call the model makes). Each variant of
+    // the first kernel (layernorm.cu; LLMC_LAYERNORM_BACKWARD_VARIANT) in turn.
+    const int chosen = ctx.layernorm_backward_variant;
+    for (int variant = 0; variant < 2; variant++) {
+        ctx.layernorm_backward_variant = variant;
+        t = timer.time([&] {
+            layernorm_backward(ctx, dinp.get(), dweight.get(), dbias.get(), scratch.get(),
+                               dout.get(), residual.get(), weight.get(), mean.get(), rstd.get(), kN,
+                               kC, dres_bias.get());
+        });
+        rows->push_back({"layernorm_backward, variant " + std::to_string(variant),
+                         "X*(4*N*C + 7*C) + 8N", kX * (4 * nc + 7.0 * kC) + 8.0 * kN, t});
+    }
+    ctx.layernorm_backward_variant = chosen;
 }
 
 // Bias gradients of the two projections whose output gradient is not the residual stream's
@@ -267,7 +275,7 @@ void bench_bias_backward(const Context& ctx, Timer& timer, std::vector<Row>* row
     }
 }
 
-void bench_classifier(const Context& ctx, Timer& timer, int R, std::vector<Row>* rows) {
+void bench_classifier(Context& ctx, Timer& timer, int R, std::vector<Row>* rows) {
     const size_t n = (size_t)R * kVp;
     DeviceBuffer<floatX> logits(n), pristine(n);
     DeviceBuffer<float> losses(R), loss(1);
@@ -280,23 +288,31 @@ void bench_classifier(const Context& ctx, Timer& timer, int R, std::vector<Row>*
                                    ctx.stream));
     };
     const double r = R;
-    Timing t = timer.time(
-        [&] {
-            fused_classifier(ctx, logits.get(), losses.get(), targets.get(), 1.0f / (kN), R, kV,
-                             kVp, true);
-        },
-        restore);
-    // The V valid logits and the targets read once; Vp dlogits and the losses written.
-    rows->push_back({"fused_classifier (R rows, dlogits)", "X*R*(V + Vp) + 8R",
-                     kX * r * ((double)kV + kVp) + 8.0 * r, t});
-    t = timer.time(
-        [&] {
-            fused_classifier(ctx, logits.get(), losses.get(), targets.get(), 1.0f, R, kV, kVp,
-                             false);
-        },
-        restore);
-    rows->push_back(
-        {"fused_classifier (R rows, loss only)", "X*R*V + 8R", kX * r * (double)kV + 8.0 * r, t});
+    Timing t;
+    // Each variant of the kernel (classifier.cu; LLMC_CLASSIFIER_VARIANT) in turn.
+    const int chosen = ctx.classifier_variant;
+    for (int variant = 0; variant < 2; variant++) {
+        ctx.classifier_variant = variant;
+        const std::string v = ", variant " + std::to_string(variant);
+        t = timer.time(
+            [&] {
+                fused_classifier(ctx, logits.get(), losses.get(), targets.get(), 1.0f / (kN), R, kV,
+                                 kVp, true);
+            },
+            restore);
+        // The V valid logits and the targets read once; Vp dlogits and the losses written.
+        rows->push_back({"fused_classifier (R rows, dlogits" + v + ")", "X*R*(V + Vp) + 8R",
+                         kX * r * ((double)kV + kVp) + 8.0 * r, t});
+        t = timer.time(
+            [&] {
+                fused_classifier(ctx, logits.get(), losses.get(), targets.get(), 1.0f, R, kV, kVp,
+                                 false);
+            },
+            restore);
+        rows->push_back({"fused_classifier (R rows, loss only" + v + ")", "X*R*V + 8R",
+                         kX * r * (double)kV + 8.0 * r, t});
+    }
+    ctx.classifier_variant = chosen;
     DeviceBuffer<float> all_losses(kN);
     fill(ctx, all_losses.get(), kN, 33, 5.0f, 12.0f);
     fill(ctx, loss.get(), 1, 34, 1.0f, 2.0f);
@@ -406,7 +422,7 @@ int main(int argc, char** argv) {
     bench_classifier(ctx, timer, rows_R, &rows);
     bench_optimizer(ctx, timer, &rows);
 
-    std::printf("\n| %-34s | %9s | %9s | %9s | %9s | %7s | %6s | %-4s | %s |\n", "op", "MB",
+    std::printf("\n| %-46s | %9s | %9s | %9s | %9s | %7s | %6s | %-4s | %s |\n", "op", "MB",
                 "median us", "min us", "p90 us", "GB/s", "% copy", "flag", "minimal bytes");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");
     print_row(copy, copy_gbs);

@@ -14,6 +14,10 @@
 // cross-entropy of those logits. With the backward: the same losses bitwise, dlnf (overwritten,
 // poisoned first) and dwte (accumulated onto random values) against the CPU matmul backward of
 // the CPU dlogits, and a second run bitwise identical.
+// Everything runs twice: with the first kernel (variant 0, programmatic dependent launch off),
+// then with the staged-row kernel (ctx.classifier_variant = 1) and PDL on where the device has it
+// (sm_90+); the two passes' losses and dlogits must be bitwise the same (the same arithmetic in
+// the same order).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -141,7 +145,8 @@ void test_loss_accumulate(const Context& ctx, const Shape& s, const float* losse
     check_bitwise_equal("loss_accumulate run-to-run", runs[0], runs[1]);
 }
 
-void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_determinism) {
+// Returns the first run's bytes (losses and dlogits), for the comparison between variants.
+RunBytes test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_determinism) {
     std::printf("%s: N=%d V=%d Vp=%d dloss=%g\n", s.name, s.N, s.V, s.Vp, s.dloss);
     const Data d = make_data(s, seed);
     const size_t NV = (size_t)s.N * s.Vp;
@@ -181,6 +186,7 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_det
     upload(logits.get(), d.logits);
     check_bitwise_equal("fused_classifier logits untouched (no dlogits)", loss_only.logits,
                         download_bytes(logits.get(), NV * sizeof(floatX)));
+    return first;
 }
 
 struct ChunkShape {
@@ -267,13 +273,29 @@ int main() {
     Context ctx;
     context_init(&ctx, 0, /*tf32=*/false);
     std::printf("test_classifier (%s)\n", kPrecisionName);
-    test_shape(ctx, {"gpt2", 4096, 50257, 50304, 1.0f / 4096.0f}, 1, /*test_determinism=*/true);
-    test_shape(ctx, {"small", 77, 1000, 1024, 1.0f}, 2, false);
-    test_shape(ctx, {"odd Vp (one-element path)", 33, 999, 1003, 0.5f}, 3, true);
-    test_shape(ctx, {"tiny V", 3, 5, 8, 1.0f}, 4, false);
-    test_chunked(ctx, {"chunked, ragged last chunk", 77, 64, 1000, 1024, 32}, 5);
-    test_chunked(ctx, {"chunked, GPT-2 vocab", 130, 64, 50257, 50304, 48}, 6);
-    test_chunked(ctx, {"chunked, one chunk, V % 128 != 0", 33, 48, 999, 1000, 33}, 7);
-    test_chunked(ctx, {"chunked, chunk > N", 33, 48, 999, 1000, 100}, 8);
+    const Shape shapes[] = {{"gpt2", 4096, 50257, 50304, 1.0f / 4096.0f},
+                            {"small", 77, 1000, 1024, 1.0f},
+                            {"odd Vp (one-element path)", 33, 999, 1003, 0.5f},
+                            {"tiny V", 3, 5, 8, 1.0f}};
+    const bool determinism[] = {true, false, true, false};
+    std::vector<RunBytes> runs[2];
+    for (int variant = 0; variant < 2; variant++) {
+        ctx.classifier_variant = variant;
+        context_set_overlap(&ctx, 0, /*pdl=*/variant == 1);
+        std::printf("-- classifier variant %d, pdl %s\n", variant, ctx.pdl ? "on" : "off");
+        for (int i = 0; i < 4; i++)
+            runs[variant].push_back(test_shape(ctx, shapes[i], i + 1, determinism[i]));
+        test_chunked(ctx, {"chunked, ragged last chunk", 77, 64, 1000, 1024, 32}, 5);
+        test_chunked(ctx, {"chunked, GPT-2 vocab", 130, 64, 50257, 50304, 48}, 6);
+        test_chunked(ctx, {"chunked, one chunk, V % 128 != 0", 33, 48, 999, 1000, 33}, 7);
+        test_chunked(ctx, {"chunked, chunk > N", 33, 48, 999, 1000, 100}, 8);
+    }
+    for (int i = 0; i < 4; i++) {
+        char name[128];
+        std::snprintf(name, sizeof(name), "variant 1 = variant 0, %s: losses", shapes[i].name);
+        check_bitwise_equal(name, runs[0][i].losses, runs[1][i].losses);
+        std::snprintf(name, sizeof(name), "variant 1 = variant 0, %s: dlogits", shapes[i].name);
+        check_bitwise_equal(name, runs[0][i].logits, runs[1][i].logits);
+    }
     return test_summary("test_classifier");
 }

@@ -7,6 +7,11 @@
 // Inputs have a mean of 2, so a one-pass variance would show. The backward starts from random
 // dinp, dweight, dbias (it accumulates) and is run twice with the scratch poisoned: results
 // must be bitwise identical.
+// Everything runs twice: with the first backward kernels (variant 0) on one stream, then with
+// variant 1 (ctx.layernorm_backward_variant: the rows-in-flight kernel where GPT-2's widths take
+// the register-held path), the weight/bias reduction on the branch stream (reduce_on_branch) and
+// programmatic dependent launch where the device has it (sm_90+); the backward's results must be
+// bitwise the same in both passes.
 #include <vector>
 
 #include "context.cuh"
@@ -151,9 +156,11 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
     upload(g.dbias.get(), d.dbias0);
     upload(g.dres.get(), d.dres0);
     poison(g.scratch.get(), g.scratch.size());
+    const bool on_branch = (ctx.branches & kBranchReduces) != 0;
     layernorm_backward(ctx, g.dinp.get(), g.dweight.get(), g.dbias.get(), g.scratch.get(),
                        g.dout.get(), g.inp.get(), g.weight.get(), g.mean.get(), g.rstd.get(), s.N,
-                       s.C, with_dres ? g.dres.get() : nullptr);
+                       s.C, with_dres ? g.dres.get() : nullptr, on_branch);
+    if (on_branch) branch_join(ctx);
     std::vector<unsigned char> bytes = download_bytes(g.dinp.get(), g.dinp.size() * sizeof(floatX));
     for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias, &g.dres}) {
         const std::vector<unsigned char> more =
@@ -163,8 +170,11 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
     return bytes;
 }
 
-void test_backward(const Context& ctx, const Shape& s, const Data& d, Device& g,
-                   const std::vector<float>& mean, const std::vector<float>& rstd) {
+// Returns the first run's bytes (dinp, dweight, dbias, dres_bias), for the comparison between
+// the two passes.
+std::vector<unsigned char> test_backward(const Context& ctx, const Shape& s, const Data& d,
+                                         Device& g, const std::vector<float>& mean,
+                                         const std::vector<float>& rstd) {
     // Both sides use the CPU statistics, so this checks the backward alone.
     upload(g.mean.get(), mean);
     upload(g.rstd.get(), rstd);
@@ -200,9 +210,10 @@ void test_backward(const Context& ctx, const Shape& s, const Data& d, Device& g,
                         std::vector<unsigned char>(first.begin(), first.begin() + same));
     const std::vector<unsigned char> second = run_backward(ctx, s, d, g, true);
     check_bitwise_equal("layernorm_backward run-to-run", first, second);
+    return first;
 }
 
-void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
+std::vector<unsigned char> test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     std::printf("%s: N=%d C=%d\n", s.name, s.N, s.C);
     const Data d = make_data(s, seed);
     Device g(ctx, s);
@@ -213,7 +224,7 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     upload(g.dout.get(), d.dout);
     std::vector<float> mean, rstd;
     test_forward(ctx, s, d, g, &mean, &rstd);
-    test_backward(ctx, s, d, g, mean, rstd);
+    return test_backward(ctx, s, d, g, mean, rstd);
 }
 
 }  // namespace
@@ -223,12 +234,31 @@ int main() {
     Context ctx;
     context_init(&ctx, 0, /*tf32=*/false);
     std::printf("test_layernorm (%s)\n", kPrecisionName);
-    test_shape(ctx, {"gpt2", 4096, 768}, 1);
-    test_shape(ctx, {"small", 77, 128}, 2);
-    test_shape(ctx, {"C96", 77, 96}, 3);
-    test_shape(ctx, {"odd C (one-element path)", 33, 13}, 4);
-    test_shape(ctx, {"gpt2-xl width", 5, 1600}, 5);
-    // Wider than the register-held kernels take (7 * 32 * 8 bf16 values): the generic vector path.
-    test_shape(ctx, {"C2048 (generic vector path)", 9, 2048}, 6);
+    const Shape shapes[] = {
+        {"gpt2", 4096, 768},
+        {"small", 77, 128},
+        {"C96", 77, 96},
+        {"odd C (one-element path)", 33, 13},
+        {"gpt2-xl width", 5, 1600},
+        // Wider than the register-held kernels take (7 * 32 * 8 bf16 values): the generic path.
+        {"C2048 (generic vector path)", 9, 2048},
+        // 1024 in bf16: the rows-in-flight kernel with one row per warp (GPT-2 medium's width).
+        {"gpt2-medium width", 300, 1024},
+    };
+    constexpr int kShapes = sizeof(shapes) / sizeof(shapes[0]);
+    std::vector<std::vector<unsigned char>> runs[2];
+    for (int pass = 0; pass < 2; pass++) {
+        ctx.layernorm_backward_variant = pass;
+        context_set_overlap(&ctx, pass == 1 ? kBranchReduces : 0, /*pdl=*/pass == 1);
+        std::printf("-- backward variant %d, reduction on the branch %d, pdl %s\n", pass, pass,
+                    ctx.pdl ? "on" : "off");
+        for (int i = 0; i < kShapes; i++) runs[pass].push_back(test_shape(ctx, shapes[i], i + 1));
+    }
+    for (int i = 0; i < kShapes; i++) {
+        char name[128];
+        std::snprintf(name, sizeof(name), "pass 2 = pass 1 (layernorm_backward, %s)",
+                      shapes[i].name);
+        check_bitwise_equal(name, runs[0][i], runs[1][i]);
+    }
     return test_summary("test_layernorm");
 }

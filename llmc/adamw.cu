@@ -29,6 +29,7 @@
 
 #include "adamw.cuh"
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -194,6 +195,8 @@ __global__ void __launch_bounds__(kThreads)
                        const AdamWStepValues* __restrict__ step_values,  // (1)
                        const float* __restrict__ norm_squared,           // (1) or null
                        size_t total) {
+    pdl_wait();
+    pdl_launch_dependents();
     if (norm_squared != nullptr &&
         (!isfinite(*norm_squared) || *norm_squared > step_values->max_norm_squared)) {
         return;  // a non-finite or outlier gradient: skip the step, leave every array as it is
@@ -232,9 +235,8 @@ void launch_adamw(const Context& ctx, floatX* params, float* master, float* m, f
     const size_t wanted = (total / kVec + kThreads - 1) / kThreads;
     const size_t cap = (size_t)kBlocksPerSm * ctx_num_sms(ctx);
     const int blocks = (int)(wanted < cap ? (wanted > 0 ? wanted : 1) : cap);
-    adamw_fused_kernel<kVec, kMaster><<<blocks, kThreads, 0, ctx.stream>>>(
-        params, master, m, v, grads, tensors, hyper, step_values, norm_squared, total);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, adamw_fused_kernel<kVec, kMaster>, blocks, kThreads, 0, params,
+                  master, m, v, grads, tensors, hyper, step_values, norm_squared, total);
 }
 
 // ZeRO-1: local element j of the shard is global element map.global_index(k, j). A pack of kVec
@@ -250,6 +252,8 @@ __global__ void __launch_bounds__(kThreads)
                          llmc::ShardMap map, AdamWHyper hyper,
                          const AdamWStepValues* __restrict__ step_values,  // (1)
                          const float* __restrict__ norm_squared) {         // (1) or null
+    pdl_wait();
+    pdl_launch_dependents();
     if (norm_squared != nullptr &&
         (!isfinite(*norm_squared) || *norm_squared > step_values->max_norm_squared)) {
         return;  // a non-finite or outlier gradient: skip the step, leave every array as it is
@@ -275,9 +279,8 @@ void launch_adamw_sharded(const Context& ctx, floatX* params, float* master, flo
     const size_t wanted = (map.local_total() / kVec + kThreads - 1) / kThreads;
     const size_t cap = (size_t)kBlocksPerSm * ctx_num_sms(ctx);
     const int blocks = (int)(wanted < cap ? (wanted > 0 ? wanted : 1) : cap);
-    adamw_sharded_kernel<kVec, kMaster><<<blocks, kThreads, 0, ctx.stream>>>(
-        params, master, m, v, grads, map, hyper, step_values, norm_squared);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, adamw_sharded_kernel<kVec, kMaster>, blocks, kThreads, 0, params,
+                  master, m, v, grads, map, hyper, step_values, norm_squared);
 }
 
 void check_tensors(const AdamWTensors& t) {

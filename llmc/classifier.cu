@@ -16,6 +16,10 @@
 // A target outside [0, V) makes that row's loss NaN, so a bad batch cannot go unnoticed.
 // Preconditions: 0 < V <= Vp. 16-byte vector loads when Vp is a multiple of 16 / sizeof(floatX)
 // and logits is 16-byte aligned, otherwise one element per thread.
+// Variant 1 (ctx.classifier_variant, LLMC_CLASSIFIER_VARIANT=1): fused_classifier_staged_row_kernel
+// on the vector path where the device has Vp * sizeof(floatX) of shared memory per block: the same
+// arithmetic, bitwise the same results, each row staged in shared memory between the two passes
+// (its comment has the floor and the reasoning).
 // Last measured: not yet measured on a GPU.
 #include <algorithm>
 #include <cmath>
@@ -23,6 +27,7 @@
 
 #include "classifier.cuh"
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "matmul.cuh"
 #include "nvtx.h"
 
@@ -79,6 +84,28 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
     return a;
 }
 
+// The block's normalizer from each thread's: warps in a butterfly, then warp 0 over the warps'
+// results, in a fixed order. Every thread returns the same value.
+__device__ __forceinline__ MaxSum block_merge(MaxSum acc, MaxSum* warp_results,
+                                              MaxSum* row_result) {
+    acc = warp_merge(acc);
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    if (lane == 0) {
+        warp_results[warp] = acc;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
+        w = warp_merge(w);
+        if (lane == 0) {
+            *row_result = w;
+        }
+    }
+    __syncthreads();
+    return *row_result;
+}
+
 // One block per row; see the file comment. Pass 1 reads only the V valid columns (whole packs,
 // then the < kVec leftover columns one by one); pass 2 walks all Vp columns in packs.
 template <int kVec>
@@ -89,6 +116,8 @@ __global__ void __launch_bounds__(kThreads)
                                            float dloss, int V, int Vp, bool write_dlogits) {
     __shared__ MaxSum warp_results[kWarps];
     __shared__ MaxSum row_result;
+    pdl_wait();
+    pdl_launch_dependents();
     const int row = blockIdx.x;
     floatX* x = logits + (size_t)row * Vp;
     const int target = targets[row];
@@ -111,22 +140,7 @@ __global__ void __launch_bounds__(kThreads)
         const float f[1] = {to_float(x[i])};
         add_values(acc, f);
     }
-    acc = warp_merge(acc);
-    const int warp = threadIdx.x / kWarpSize;
-    const int lane = threadIdx.x % kWarpSize;
-    if (lane == 0) {
-        warp_results[warp] = acc;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
-        w = warp_merge(w);
-        if (lane == 0) {
-            row_result = w;
-        }
-    }
-    __syncthreads();
-    const MaxSum total = row_result;
+    const MaxSum total = block_merge(acc, warp_results, &row_result);
     if (threadIdx.x == 0) {
         // m - x[target] first: both are logits, so the difference loses nothing to their size.
         losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
@@ -153,12 +167,116 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// Variant 1 (Context::classifier_variant): the same arithmetic in the same order (bitwise the
+// same losses and dlogits), with the row staged in shared memory. The floor is one read of the
+// V logits and one write of the Vp dlogits, sizeof(floatX) * (V + Vp) bytes a row. The kernel
+// above reads each row twice from the memory system: pass 1 from DRAM, pass 2 again from L2
+// (2 blocks of a ~100 KB row per SM keep 26 MB in flight, under the 50 MB L2), so pass 2 waits on
+// L2 latency with only the 2 rows of the SM to work on, and L2 evictions send part of it back
+// to DRAM. Here pass 1 also stores each pack into shared memory (Vp * sizeof(floatX) bytes per
+// block: 2 blocks per SM at GPT-2's Vp in bf16), and pass 2 reads it from there: the second pass
+// costs shared-memory latency only, DRAM sees exactly the floor, and pass 1 keeps two packs per
+// thread in flight. Needs Vp * sizeof(floatX) of shared memory per block (the launcher falls
+// back to the kernel above where the device has less).
+template <int kVec>
+__global__ void __launch_bounds__(kThreads, 2)
+    fused_classifier_staged_row_kernel(floatX* __restrict__ logits,      // (N, Vp)
+                                       float* __restrict__ losses,       // (N)
+                                       const int* __restrict__ targets,  // (N)
+                                       float dloss, int V, int Vp, bool write_dlogits) {
+    extern __shared__ uint4 staged_storage[];  // (Vp) floatX, 16-byte aligned
+    __shared__ MaxSum warp_results[kWarps];
+    __shared__ MaxSum row_result;
+    pdl_wait();
+    pdl_launch_dependents();
+    floatX* staged = reinterpret_cast<floatX*>(staged_storage);
+    const int row = blockIdx.x;
+    floatX* x = logits + (size_t)row * Vp;
+    const int target = targets[row];
+    const bool target_ok = target >= 0 && target < V;
+    const float target_logit = threadIdx.x == 0 && target_ok ? to_float(x[target]) : 0.0f;
+
+    MaxSum acc = {-INFINITY, 0.0f};
+    const int full_packs = V / kVec;
+    int p = threadIdx.x;
+    // Two packs per iteration, both loads issued before either is used; added in pack order.
+    for (; p + kThreads < full_packs; p += 2 * kThreads) {
+        const Vec<floatX, kVec> a = load_vec<kVec>(x + (size_t)p * kVec);
+        const Vec<floatX, kVec> b = load_vec<kVec>(x + (size_t)(p + kThreads) * kVec);
+        store_vec<kVec>(staged + (size_t)p * kVec, a);
+        store_vec<kVec>(staged + (size_t)(p + kThreads) * kVec, b);
+        float f[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            f[k] = to_float(a.v[k]);
+        }
+        add_values(acc, f);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            f[k] = to_float(b.v[k]);
+        }
+        add_values(acc, f);
+    }
+    if (p < full_packs) {
+        const Vec<floatX, kVec> a = load_vec<kVec>(x + (size_t)p * kVec);
+        store_vec<kVec>(staged + (size_t)p * kVec, a);
+        float f[kVec];
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            f[k] = to_float(a.v[k]);
+        }
+        add_values(acc, f);
+    }
+    for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
+        const float f[1] = {to_float(x[i])};
+        add_values(acc, f);
+    }
+    // The pack holding the leftover columns, whole (Vp is a multiple of kVec), for pass 2.
+    if (write_dlogits && threadIdx.x == 0 && full_packs * kVec < V) {
+        store_vec<kVec>(staged + (size_t)full_packs * kVec,
+                        load_vec<kVec>(x + (size_t)full_packs * kVec));
+    }
+    const MaxSum total = block_merge(acc, warp_results, &row_result);  // also orders `staged`
+    if (threadIdx.x == 0) {
+        losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
+    }
+    if (!write_dlogits) {
+        return;
+    }
+
+    const float inv_s = 1.0f / total.s;
+    for (int q = threadIdx.x; q < Vp / kVec; q += kThreads) {
+        Vec<floatX, kVec> d;
+        if (q * kVec < V) {
+            const Vec<floatX, kVec> v = load_vec<kVec>(staged + (size_t)q * kVec);
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                const int i = q * kVec + k;
+                float g = 0.0f;
+                if (i < V) {
+                    const float prob = expf(to_float(v.v[k]) - total.m) * inv_s;
+                    g = (prob - (i == target ? 1.0f : 0.0f)) * dloss;
+                }
+                d.v[k] = from_float<floatX>(g);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < kVec; k++) {
+                d.v[k] = from_float<floatX>(0.0f);
+            }
+        }
+        store_vec<kVec>(x + (size_t)q * kVec, d);
+    }
+}
+
 // One block: each thread sums a strided slice of losses in order, then a fixed tree.
 __global__ void __launch_bounds__(kLossThreads)
     loss_accumulate_block_sum_kernel(float* __restrict__ loss,          // (1)
                                      const float* __restrict__ losses,  // (N)
                                      int N, float scale) {
     __shared__ float warp_totals[kLossThreads / kWarpSize];
+    pdl_wait();
+    pdl_launch_dependents();
     float acc = 0.0f;
     for (int i = threadIdx.x; i < N; i += kLossThreads) {
         acc += losses[i];
@@ -180,6 +298,21 @@ __global__ void __launch_bounds__(kLossThreads)
     }
 }
 
+// The most dynamic shared memory the staged-row kernel may take on this device. Above 48 KiB a
+// kernel must opt in: done once (a static initializer), so launches inside CUDA graph capture
+// make no attribute calls.
+size_t staged_row_smem_limit(const Context& ctx) {
+    static const size_t limit = [&] {
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, fused_classifier_staged_row_kernel<kVecX>));
+        const size_t bytes = ctx.props.sharedMemPerBlockOptin - attr.sharedSizeBytes;
+        CUDA_CHECK(cudaFuncSetAttribute(fused_classifier_staged_row_kernel<kVecX>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        return bytes;
+    }();
+    return limit;
+}
+
 }  // namespace
 
 void fused_classifier(const Context& ctx, floatX* logits, float* losses, const int* targets,
@@ -188,14 +321,20 @@ void fused_classifier(const Context& ctx, floatX* logits, float* losses, const i
     LLMC_CHECK(N > 0 && V > 0 && V <= Vp, "fused_classifier: bad shape N=%d V=%d Vp=%d", N, V, Vp);
     LLMC_CHECK(logits != nullptr && losses != nullptr && targets != nullptr,
                "fused_classifier: logits, losses and targets must all be given");
-    if (Vp % kVecX == 0 && aligned16(logits)) {
-        fused_classifier_online_softmax_kernel<kVecX>
-            <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    LLMC_CHECK(ctx.classifier_variant == 0 || ctx.classifier_variant == 1,
+               "fused_classifier: variant %d does not exist (0 or 1)", ctx.classifier_variant);
+    const bool vec = Vp % kVecX == 0 && aligned16(logits);
+    const size_t staged_bytes = (size_t)Vp * sizeof(floatX);
+    if (vec && ctx.classifier_variant == 1 && staged_bytes <= staged_row_smem_limit(ctx)) {
+        launch_kernel(ctx, ctx.stream, fused_classifier_staged_row_kernel<kVecX>, N, kThreads,
+                      staged_bytes, logits, losses, targets, dloss, V, Vp, write_dlogits);
+    } else if (vec) {
+        launch_kernel(ctx, ctx.stream, fused_classifier_online_softmax_kernel<kVecX>, N, kThreads,
+                      0, logits, losses, targets, dloss, V, Vp, write_dlogits);
     } else {
-        fused_classifier_online_softmax_kernel<1>
-            <<<N, kThreads, 0, ctx.stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+        launch_kernel(ctx, ctx.stream, fused_classifier_online_softmax_kernel<1>, N, kThreads, 0,
+                      logits, losses, targets, dloss, V, Vp, write_dlogits);
     }
-    CUDA_CHECK_LAST();
 }
 
 void classifier_chunked(const Context& ctx, floatX* logits, float* losses, floatX* dlnf,
@@ -232,6 +371,6 @@ void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N
     NvtxRange range("loss_accumulate");
     LLMC_CHECK(N > 0 && loss != nullptr && losses != nullptr,
                "loss_accumulate: needs N > 0 (got %d) and both buffers", N);
-    loss_accumulate_block_sum_kernel<<<1, kLossThreads, 0, ctx.stream>>>(loss, losses, N, scale);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, loss_accumulate_block_sum_kernel, 1, kLossThreads, 0, loss,
+                  losses, N, scale);
 }

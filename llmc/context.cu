@@ -1,9 +1,63 @@
-// context.cu: creating and destroying the Context (stream, cuBLASLt handle, workspace).
+// context.cu: creating and destroying the Context (streams, cuBLASLt handle, workspaces), the
+// overlap switches and the branch stream's fork / join events.
+#include <algorithm>
+#include <cstdlib>
+
 #include "context.cuh"
 
 // cuBLASLt's heuristics pick faster kernels (split-K, stream-K) when given room to work;
 // 32 MiB is what Hopper's largest tiles ask for.
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
+
+namespace {
+
+// LLMC_BRANCHES: "", "0", "none", "all", or a comma list of gemms, reduces, zeroing.
+unsigned branches_from_env() {
+    const char* v = std::getenv("LLMC_BRANCHES");
+    if (v == nullptr) return 0;
+    const std::string s = v;
+    if (s.empty() || s == "0" || s == "none") return 0;
+    if (s == "all" || s == "1") return kBranchAll;  // 1: a switch's usual "on"
+
+    unsigned bits = 0;
+    size_t pos = 0;
+    while (pos <= s.size()) {
+        const size_t comma = std::min(s.find(',', pos), s.size());
+        const std::string item = s.substr(pos, comma - pos);
+        if (item == "gemms")
+            bits |= kBranchGemms;
+        else if (item == "reduces")
+            bits |= kBranchReduces;
+        else if (item == "zeroing")
+            bits |= kBranchZeroing;
+        else
+            LLMC_FAIL(
+                "LLMC_BRANCHES=%s: '%s' is not one of gemms, reduces, zeroing (a comma list), all "
+                "or 0",
+                v, item.c_str());
+        pos = comma + 1;
+    }
+    return bits;
+}
+
+// A 0/1 switch or variant number from the environment (unset: 0).
+int flag_from_env(const char* name, int max_value) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return 0;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    LLMC_CHECK(*end == '\0' && x >= 0 && x <= max_value, "%s=%s: use a number from 0 to %d", name,
+               v, max_value);
+    return (int)x;
+}
+
+cudaEvent_t next_event(const Context& ctx) {
+    cudaEvent_t e = ctx.branch_events[ctx.branch_next_event];
+    ctx.branch_next_event = (ctx.branch_next_event + 1) % kBranchEvents;
+    return e;
+}
+
+}  // namespace
 
 void context_init(Context* ctx, int device, bool tf32) {
     int count = 0;
@@ -18,14 +72,64 @@ void context_init(Context* ctx, int device, bool tf32) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->branch_stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : ctx->branch_events) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
     CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
     CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    context_set_overlap(ctx, branches_from_env(), flag_from_env("LLMC_PDL", 1) != 0);
+    ctx->layernorm_backward_variant = flag_from_env("LLMC_LAYERNORM_BACKWARD_VARIANT", 1);
+    ctx->classifier_variant = flag_from_env("LLMC_CLASSIFIER_VARIANT", 1);
 }
+
+void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
+    ctx->branches = branches & kBranchAll;
+    // griddepcontrol and the launch attribute are Hopper's (sm_90) and later.
+    ctx->pdl = pdl && ctx->props.major >= 9;
+    if ((ctx->branches & kBranchGemms) != 0 && ctx->branch_lt_workspace == nullptr) {
+        CUDA_CHECK(cudaMalloc(&ctx->branch_lt_workspace, ctx->lt_workspace_bytes));
+    }
+}
+
+std::string context_overlap_summary(const Context& ctx) {
+    std::string b;
+    if (ctx.branches & kBranchGemms) b += "gemms,";
+    if (ctx.branches & kBranchReduces) b += "reduces,";
+    if (ctx.branches & kBranchZeroing) b += "zeroing,";
+    b = b.empty() ? "none" : b.substr(0, b.size() - 1);
+    return "branches " + b + " | pdl " + (ctx.pdl ? "on" : "off") +
+           " | layernorm backward variant " + std::to_string(ctx.layernorm_backward_variant) +
+           " | classifier variant " + std::to_string(ctx.classifier_variant);
+}
+
+void branch_fork(const Context& ctx) {
+    cudaEvent_t e = next_event(ctx);
+    CUDA_CHECK(cudaEventRecord(e, ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx.branch_stream, e, 0));
+}
+
+cudaEvent_t branch_mark(const Context& ctx) {
+    cudaEvent_t e = next_event(ctx);
+    CUDA_CHECK(cudaEventRecord(e, ctx.branch_stream));
+    return e;
+}
+
+void branch_wait(const Context& ctx, cudaEvent_t mark) {
+    if (mark != nullptr) CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, mark, 0));
+}
+
+void branch_join(const Context& ctx) { branch_wait(ctx, branch_mark(ctx)); }
 
 Context::~Context() {
     matmul_plans_destroy(*this);
     if (lt_workspace) cudaFree(lt_workspace);
+    if (branch_lt_workspace) cudaFree(branch_lt_workspace);
     if (lt) cublasLtDestroy(lt);
+    for (cudaEvent_t e : branch_events) {
+        if (e) cudaEventDestroy(e);
+    }
+    if (branch_stream) cudaStreamDestroy(branch_stream);
     if (stream) cudaStreamDestroy(stream);
 }

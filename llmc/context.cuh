@@ -3,16 +3,39 @@
 // A Context owns the device properties, the one non-default stream all work runs on, the
 // cuBLASLt handle and its workspace, and the cache of matmul plans (descriptors and the chosen
 // algorithm per shape, built once and reused, also inside CUDA graph capture).
+//
+// It also carries the switches of work that may overlap within the training step, off by
+// default (context_init reads them from the environment; context_set_overlap sets them):
+//   LLMC_BRANCHES  comma list of gemms, reduces, zeroing (or all): that work runs on
+//                  ctx.branch_stream, forked from ctx.stream and joined back with events
+//                  (branch_fork / branch_mark / branch_wait / branch_join), which a CUDA graph
+//                  capture turns into branches of the graph. The kernels and their order of
+//                  sums are the same either way, so results are bitwise the same.
+//   LLMC_PDL=1     programmatic dependent launch of our own kernels (launch.cuh; sm_90+):
+//                  each may be scheduled while its predecessor finishes, and waits for it
+//                  (griddepcontrol.wait) before touching memory.
+// and the choice between kernel variants of one op (0: the established kernel, 1: the newer):
+//   LLMC_LAYERNORM_BACKWARD_VARIANT, LLMC_CLASSIFIER_VARIANT (layernorm.cu, classifier.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "check.h"
 
 struct MatmulPlan;  // defined in matmul.cu
+
+// Bits of Context::branches: what the step runs on the branch stream.
+constexpr unsigned kBranchGemms = 1;    // the backward's weight-gradient GEMMs (and bias sums)
+constexpr unsigned kBranchReduces = 2;  // the layernorm backward's weight/bias reduction
+constexpr unsigned kBranchZeroing = 4;  // the step's memsets and step-values copy, beside forward
+constexpr unsigned kBranchAll = kBranchGemms | kBranchReduces | kBranchZeroing;
+// Events handed out by branch_fork / branch_mark in turn: a mark must be waited on before this
+// many more forks and marks reuse its event.
+constexpr int kBranchEvents = 32;
 
 // Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
 // alignment the chosen algorithm may assume.
@@ -42,6 +65,17 @@ struct Context {
     bool autotune = true;
     // Cached plans; mutable because launchers take a const Context& yet fill the cache.
     mutable std::map<MatmulKey, MatmulPlan*> plans;
+    // Overlap within the step (see the top of this file).
+    unsigned branches = 0;  // kBranch* bits
+    bool pdl = false;
+    int layernorm_backward_variant = 0;
+    int classifier_variant = 0;
+    cudaStream_t branch_stream = nullptr;
+    // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
+    // not share one.
+    void* branch_lt_workspace = nullptr;
+    cudaEvent_t branch_events[kBranchEvents] = {};
+    mutable int branch_next_event = 0;
 
     Context() = default;
     Context(const Context&) = delete;
@@ -52,8 +86,28 @@ struct Context {
 // Frees the cached plans (defined with the plans, in matmul.cu).
 void matmul_plans_destroy(const Context& ctx);
 
-// Selects `device`, creates the stream, the cuBLASLt handle and a 32 MiB workspace.
+// Selects `device`, creates the stream, the cuBLASLt handle and a 32 MiB workspace, and sets
+// the overlap switches and kernel variants from the environment (a bad value: one sentence).
 void context_init(Context* ctx, int device, bool tf32);
+
+// Sets the overlap switches; allocates the branch's workspace when GEMMs go on the branch. PDL
+// stays off on devices before sm_90. Not while work is in flight on the branch.
+void context_set_overlap(Context* ctx, unsigned branches, bool pdl);
+// "branches gemms,reduces | pdl on | layernorm backward variant 1 | classifier variant 0".
+std::string context_overlap_summary(const Context& ctx);
+
+// The branch stream waits for everything enqueued on ctx.stream so far.
+void branch_fork(const Context& ctx);
+// An event after everything enqueued on the branch so far, for branch_wait.
+cudaEvent_t branch_mark(const Context& ctx);
+// ctx.stream waits for `mark` (nothing when it is null).
+void branch_wait(const Context& ctx, cudaEvent_t mark);
+// ctx.stream waits for everything enqueued on the branch so far.
+void branch_join(const Context& ctx);
+// The stream a launcher asked to run on the branch uses.
+inline cudaStream_t stream_for(const Context& ctx, bool on_branch) {
+    return on_branch ? ctx.branch_stream : ctx.stream;
+}
 
 // Number of streaming multiprocessors (for sizing persistent grids).
 inline int ctx_num_sms(const Context& ctx) { return ctx.props.multiProcessorCount; }

@@ -22,6 +22,7 @@
 
 #include "device_utils.cuh"
 #include "encoder.cuh"
+#include "launch.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -49,6 +50,8 @@ __global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        /
                                               const floatX* __restrict__ wte,  // (V, C)
                                               const floatX* __restrict__ wpe,  // (maxT, C)
                                               int N, int T, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int packs_per_row = C / kVec;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)N * packs_per_row) {
@@ -69,6 +72,8 @@ __global__ void encoder_forward_gather_kernel(floatX* __restrict__ out,        /
 
 // positions[i] = i: the values CUB sorts along with the token ids.
 __global__ void iota_kernel(int* __restrict__ positions, int N) {  // (N)
+    pdl_wait();
+    pdl_launch_dependents();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) {
         positions[i] = i;
@@ -84,6 +89,8 @@ __global__ void encoder_backward_token_runs_kernel(floatX* __restrict__ dwte,   
                                                    const int* __restrict__ sorted_tokens,  // (N)
                                                    const int* __restrict__ sorted_positions,  // (N)
                                                    int N, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int start = blockIdx.x;
     const int token = sorted_tokens[start];
     if (start > 0 && sorted_tokens[start - 1] == token) {
@@ -113,6 +120,8 @@ template <int kVec>
 __global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,        // (maxT, C)
                                                   const floatX* __restrict__ dout,  // (B, T, C)
                                                   int B, int T, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int packs_per_row = C / kVec;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * packs_per_row) {
@@ -170,13 +179,11 @@ void launch_encoder_backward_sums(const Context& ctx, floatX* dwte, floatX* dwpe
     const int N = B * T;
     const int packs_per_row = C / kVec;
     const dim3 run_grid(N, (packs_per_row + kRunThreads - 1) / kRunThreads);
-    encoder_backward_token_runs_kernel<kVec><<<run_grid, kRunThreads, 0, ctx.stream>>>(
-        dwte, dout, s.sorted_tokens, s.sorted_positions, N, C);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, encoder_backward_token_runs_kernel<kVec>, run_grid, kRunThreads,
+                  0, dwte, dout, s.sorted_tokens, s.sorted_positions, N, C);
     const int pos_blocks = (T * packs_per_row + kThreads - 1) / kThreads;
-    encoder_backward_positions_kernel<kVec>
-        <<<pos_blocks, kThreads, 0, ctx.stream>>>(dwpe, dout, B, T, C);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, encoder_backward_positions_kernel<kVec>, pos_blocks, kThreads, 0,
+                  dwpe, dout, B, T, C);
 }
 
 }  // namespace
@@ -189,16 +196,15 @@ void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floa
     const bool vec = C % kVecX == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     if (vec) {
         const long long threads = (long long)N * (C / kVecX);
-        encoder_forward_gather_kernel<kVecX>
-            <<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, ctx.stream>>>(
-                out, inp, wte, wpe, N, T, C);
+        launch_kernel(ctx, ctx.stream, encoder_forward_gather_kernel<kVecX>,
+                      (unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, out, inp, wte,
+                      wpe, N, T, C);
     } else {
         const long long threads = (long long)N * C;
-        encoder_forward_gather_kernel<1>
-            <<<(unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, ctx.stream>>>(
-                out, inp, wte, wpe, N, T, C);
+        launch_kernel(ctx, ctx.stream, encoder_forward_gather_kernel<1>,
+                      (unsigned)((threads + kThreads - 1) / kThreads), kThreads, 0, out, inp, wte,
+                      wpe, N, T, C);
     }
-    CUDA_CHECK_LAST();
 }
 
 size_t encoder_backward_scratch_bytes(int B, int T) {
@@ -216,8 +222,8 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
     const int N = B * T;
     EncoderScratch s = encoder_scratch_layout(scratch, N);
 
-    iota_kernel<<<(N + kThreads - 1) / kThreads, kThreads, 0, ctx.stream>>>(s.positions, N);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, iota_kernel, (N + kThreads - 1) / kThreads, kThreads, 0,
+                  s.positions, N);
     // LSD radix sort is stable: equal ids keep their positions in increasing order.
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_temp_bytes, inp, s.sorted_tokens,
                                                s.positions, s.sorted_positions, N, 0,

@@ -8,6 +8,7 @@
 // Last measured: not yet measured on a GPU.
 #include "device_utils.cuh"
 #include "gelu.cuh"
+#include "launch.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -26,6 +27,8 @@ __global__ void __launch_bounds__(kThreads)
     gelu_forward_elementwise_kernel(floatX* __restrict__ out,        // (n)
                                     const floatX* __restrict__ inp,  // (n)
                                     size_t packs) {
+    pdl_wait();
+    pdl_launch_dependents();
     for (size_t p = (size_t)blockIdx.x * kThreads + threadIdx.x; p < packs;
          p += (size_t)gridDim.x * kThreads) {
         const Vec<floatX, kVec> x = load_vec<kVec>(inp + p * kVec);
@@ -44,8 +47,8 @@ void launch_gelu(const Context& ctx, floatX* out, const floatX* inp, size_t pack
     const size_t wanted = (packs + kThreads - 1) / kThreads;
     const size_t cap = (size_t)ctx_num_sms(ctx) * 16;
     const int blocks = (int)(wanted < cap ? wanted : cap);
-    gelu_forward_elementwise_kernel<kVec><<<blocks, kThreads, 0, ctx.stream>>>(out, inp, packs);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, gelu_forward_elementwise_kernel<kVec>, blocks, kThreads, 0, out,
+                  inp, packs);
 }
 
 }  // namespace

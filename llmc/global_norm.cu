@@ -15,6 +15,7 @@
 
 #include "device_utils.cuh"
 #include "global_norm.cuh"
+#include "launch.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -47,6 +48,8 @@ __global__ void __launch_bounds__(kThreads)
     sum_of_squares_block_partials_kernel(float* __restrict__ partials,       // (G)
                                          const floatX* __restrict__ values,  // (n)
                                          size_t n) {
+    pdl_wait();
+    pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * kThreads;
     const size_t tid = (size_t)blockIdx.x * kThreads + threadIdx.x;
     const size_t packs = n / kVec;
@@ -73,6 +76,8 @@ __global__ void __launch_bounds__(kFinalThreads)
     sum_partials_kernel(float* __restrict__ out,             // (1)
                         const float* __restrict__ partials,  // (G)
                         int G) {
+    pdl_wait();
+    pdl_launch_dependents();
     float acc = 0.0f;
     for (int i = threadIdx.x; i < G; i += kFinalThreads) {
         acc += partials[i];
@@ -90,6 +95,8 @@ __global__ void __launch_bounds__(kThreads)
     sum_of_squares_sharded_partials_kernel(float* __restrict__ partials,       // (G)
                                            const floatX* __restrict__ values,  // (whole buffer)
                                            llmc::ShardMap map) {
+    pdl_wait();
+    pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * kThreads;
     const size_t packs = map.local_total() / kVec;
     float acc = 0.0f;
@@ -126,15 +133,13 @@ void global_norm_squared(const Context& ctx, float* out, void* scratch, const fl
     const int G = num_partials(ctx);
     float* partials = static_cast<float*>(scratch);
     if (reinterpret_cast<uintptr_t>(values) % 16 == 0) {
-        sum_of_squares_block_partials_kernel<kVecX>
-            <<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
+        launch_kernel(ctx, ctx.stream, sum_of_squares_block_partials_kernel<kVecX>, G, kThreads, 0,
+                      partials, values, n);
     } else {
-        sum_of_squares_block_partials_kernel<1>
-            <<<G, kThreads, 0, ctx.stream>>>(partials, values, n);
+        launch_kernel(ctx, ctx.stream, sum_of_squares_block_partials_kernel<1>, G, kThreads, 0,
+                      partials, values, n);
     }
-    CUDA_CHECK_LAST();
-    sum_partials_kernel<<<1, kFinalThreads, 0, ctx.stream>>>(out, partials, G);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, sum_partials_kernel, 1, kFinalThreads, 0, out, partials, G);
 }
 
 void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
@@ -150,13 +155,11 @@ void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
     const int G = num_partials(ctx);
     float* partials = static_cast<float*>(scratch);
     if (vec) {
-        sum_of_squares_sharded_partials_kernel<kVecX>
-            <<<G, kThreads, 0, ctx.stream>>>(partials, values, map);
+        launch_kernel(ctx, ctx.stream, sum_of_squares_sharded_partials_kernel<kVecX>, G, kThreads,
+                      0, partials, values, map);
     } else {
-        sum_of_squares_sharded_partials_kernel<1>
-            <<<G, kThreads, 0, ctx.stream>>>(partials, values, map);
+        launch_kernel(ctx, ctx.stream, sum_of_squares_sharded_partials_kernel<1>, G, kThreads, 0,
+                      partials, values, map);
     }
-    CUDA_CHECK_LAST();
-    sum_partials_kernel<<<1, kFinalThreads, 0, ctx.stream>>>(out, partials, G);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, ctx.stream, sum_partials_kernel, 1, kFinalThreads, 0, out, partials, G);
 }

@@ -117,6 +117,24 @@ void point_tensors(floatX* base, const ParamLayout& layout, floatX** out) {
     for (int i = 0; i < kNumParamTensors; i++) out[i] = base + layout.offsets[i];
 }
 
+// A linear layer's backward (matmul.cuh), split: with the weight gradient on the branch it is
+// enqueued first, so that it runs beside the input gradient, and its mark is returned; otherwise
+// matmul_backward runs both on ctx.stream (input gradient first) and the mark is null.
+cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, floatX* dinp,
+                            floatX* dweight, floatX* dbias, float* dbias_scratch,
+                            const floatX* dout, const floatX* inp, const floatX* weight, int N,
+                            int IC, int OC, const floatX* pre_gelu = nullptr) {
+    if (!weight_on_branch) {
+        matmul_backward(ctx, dinp, dweight, dbias, dbias_scratch, dout, inp, weight, N, IC, OC,
+                        pre_gelu);
+        return nullptr;
+    }
+    matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true);
+    cudaEvent_t done = branch_mark(ctx);
+    matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu);
+    return done;
+}
+
 // Element offset of layer l's slice of a per-layer tensor.
 size_t layer_slice(const ParamLayout& layout, int index, int l, int L) {
     return layout.sizes[index] / L * l;
@@ -354,6 +372,9 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
                                          a.residual2.at(l), a.proj_out, w, b, N, C);
     }
     const float dloss = 1.0f / ((float)N * (float)m->grad_accum);
+    // When the step zeroes the gradients and the loss on the branch (gpt2_step.cu), that is done
+    // before the first write to either (the classifier's dwte, then the loss sum).
+    branch_wait(ctx, m->zeroed);
     classifier_chunked(ctx, a.logits, a.losses, backward_classifier ? a.dln : nullptr,
                        backward_classifier ? m->grad[kWte] : nullptr, a.lnf, p[kWte], d_targets,
                        dloss, N, C, cfg.vocab_size, cfg.padded_vocab_size, m->chunk_rows,
@@ -363,6 +384,21 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
 
 // Backward of the forward above; gradients accumulate into m->grads. Needs the activations of
 // the forward pass just run with backward_classifier = true, and the dlnf it left in acts.dln.
+//
+// Graph branches (ctx.branches, context.cuh): with kBranchGemms each layer's four weight-gradient
+// GEMMs (and the fc bias sums) run on the branch stream, beside the chain of input gradients,
+// layernorm backwards and attention that each depends on the one before; with kBranchReduces
+// the layernorm backwards' weight/bias reductions do too. The branch runs its work in the order
+// given, and ctx.stream waits for it (branch_wait on a mark) only before it overwrites what the
+// branch still reads: before each layernorm backward (dresidual, read by the weight gradient of
+// the projection that produced it, and ln_scratch, read by the previous reduction), and with
+// recompute 2 before each layernorm recomputation (ln1 and ln2 share one buffer). Those waits
+// also cover dfch and dqkv: the next writer of each comes after a wait on a later mark. The
+// kernels, their inputs and their order of sums are those of the single-stream backward.
+// A side stream for the small reductions alone, joined before each layernorm backward, was
+// slower at d12 B=4 and B=64 (the performance log in docs/ has the figures): here the weight
+// GEMMs, half of the backward's work, may go beside the chain, and each switch can be measured
+// alone (scripts/step_profile.sh --ab).
 void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     NvtxRange range("backward");
     const GPT2Config& cfg = m->cfg;
@@ -373,21 +409,31 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     floatX* const* p = m->param;
     floatX* const* g = m->grad;
     const ParamLayout& lay = m->layout;
+    const bool gemms_on_branch = (ctx.branches & kBranchGemms) != 0;
+    const bool reduces_on_branch = (ctx.branches & kBranchReduces) != 0;
+    const bool branched = gemms_on_branch || reduces_on_branch;
+    // A mark of the branch's work, or null when that work ran on ctx.stream.
+    auto mark_if = [&](bool on_branch) { return on_branch ? branch_mark(ctx) : nullptr; };
+    auto at = [&](int index, int l) { return layer_slice(lay, index, l, L); };
 
-    // Everything runs on ctx.stream. Tried: a side stream for the reductions off the critical
-    // path (the layernorm backward's weight/bias reduce, the fc and qkv bias sums), forked after
-    // their producers and joined before the next layernorm backward: slower, 10.00 vs 9.86 ms at
-    // d12 B=4 and 119.1 vs 118.0 ms at B=64 (H100, 2026-11-23, commit b15875f).
-    CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
+    // Zeroed already on the branch when the step put its memsets there (gpt2_step.cu).
+    if (m->zeroed == nullptr) {
+        CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
+    }
     // The projections that add to the residual stream (attproj, fcproj) take their bias
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
                        a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C,
-                       g[kFcprojb] + layer_slice(lay, kFcprojb, L - 1, L));
+                       g[kFcprojb] + at(kFcprojb, L - 1), reduces_on_branch);
+    cudaEvent_t ln_reduced = mark_if(reduces_on_branch);  // the last layernorm reduction
+    cudaEvent_t qkv_weight_done = nullptr;                // the layer above's qkv weight gradient
     // Multi-GPU: each gradient group is reduced as soon as it is final (groups: shard_map.h).
     // Layer l's fcproj bias gradient is final before layer l's group: it comes from the
     // layernorm backward above (l = L - 1) or from layer l + 1's ln1 backward.
-    if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
+    if (m->reduce_grads) {
+        if (branched) branch_join(ctx);
+        multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
+    }
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
@@ -399,44 +445,55 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         // fcproj weight gradient below reads.
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
-        matmul_backward(ctx, a.dfch, g[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
-                        /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
-                        a.dresidual, a.fch_gelu.at(l),
-                        p[kFcprojw] + layer_slice(lay, kFcprojw, l, L), N, 4 * C, C, a.fch.at(l));
+        cudaEvent_t fcproj_weight_done = linear_backward(
+            ctx, gemms_on_branch, a.dfch, g[kFcprojw] + at(kFcprojw, l),
+            /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
+            a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C, a.fch.at(l));
         if (recompute >= 2) {
+            branch_wait(ctx, qkv_weight_done);  // it read ln1, which shares ln2's buffer
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
-        matmul_backward(ctx, a.dln, g[kFcw] + layer_slice(lay, kFcw, l, L),
-                        g[kFcb] + layer_slice(lay, kFcb, l, L), a.dbias_scratch, a.dfch,
-                        a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L), N, C, 4 * C);
+        cudaEvent_t fc_weight_done = linear_backward(
+            ctx, gemms_on_branch, a.dln, g[kFcw] + at(kFcw, l), g[kFcb] + at(kFcb, l),
+            a.dbias_scratch, a.dfch, a.ln2.at(l), p[kFcw] + at(kFcw, l), N, C, 4 * C);
+        branch_wait(ctx, gemms_on_branch ? fcproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
-                           a.ln2_rstd + (size_t)l * N, N, C,
-                           g[kAttprojb] + layer_slice(lay, kAttprojb, l, L));
+                           a.ln2_rstd + (size_t)l * N, N, C, g[kAttprojb] + at(kAttprojb, l),
+                           reduces_on_branch);
+        ln_reduced = mark_if(reduces_on_branch);
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
-        matmul_backward(ctx, a.datty, g[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
-                        /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
-                        a.dresidual, a.atty.at(l), p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
-                        N, C, C);
-        floatX* dqkvb = g[kQkvb] + layer_slice(lay, kQkvb, l, L);
+        cudaEvent_t attproj_weight_done =
+            linear_backward(ctx, gemms_on_branch, a.datty, g[kAttprojw] + at(kAttprojw, l),
+                            /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
+                            a.dresidual, a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C);
+        floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
                                a.att_lse + (size_t)l * NH * N, B, T, C, NH, dqkvb);
         if (recompute >= 2) {
+            branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
                               p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
         }
-        matmul_backward(ctx, a.dln, g[kQkvw] + layer_slice(lay, kQkvw, l, L),
-                        qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv, a.ln1.at(l),
-                        p[kQkvw] + layer_slice(lay, kQkvw, l, L), N, C, 3 * C);
+        qkv_weight_done = linear_backward(ctx, gemms_on_branch, a.dln, g[kQkvw] + at(kQkvw, l),
+                                          qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv,
+                                          a.ln1.at(l), p[kQkvw] + at(kQkvw, l), N, C, 3 * C);
+        branch_wait(ctx, gemms_on_branch ? attproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
                            a.ln1_rstd + (size_t)l * N, N, C,
-                           l > 0 ? g[kFcprojb] + layer_slice(lay, kFcprojb, l - 1, L) : nullptr);
-        if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
+                           l > 0 ? g[kFcprojb] + at(kFcprojb, l - 1) : nullptr, reduces_on_branch);
+        ln_reduced = mark_if(reduces_on_branch);
+        if (m->reduce_grads) {
+            if (branched) branch_join(ctx);
+            multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
+        }
     }
     encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
+    // Every gradient is final, and the next step (or micro-step) may overwrite any input.
+    if (branched) branch_join(ctx);
     if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L + 1);
 }
 

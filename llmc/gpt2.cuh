@@ -142,6 +142,9 @@ struct GPT2 {
     AdamWHyper hyper{};
     cudaGraphExec_t graph = nullptr;
     bool warmed_up = false;
+    // With kBranchZeroing (context.cuh): the branch's mark after this micro-step's memsets, which
+    // ctx.stream waits for before the first write they precede; null otherwise (gpt2_step.cu).
+    cudaEvent_t zeroed = nullptr;
     // Data parallel (multi_gpu.cuh), null on one GPU. reduce_grads: the backward hands each
     // finished gradient group to it (set by the step for the last micro-step only).
     MultiGpu* dist = nullptr;
@@ -191,6 +194,9 @@ void gpt2_backward(const Context& ctx, GPT2* model, const int* d_inputs);
 // the first call after one eager warm-up step). Returns without synchronising; the results
 // land in io.results once the stream reaches the end of the step.
 void gpt2_step(const Context& ctx, GPT2* model, bool use_graph);
+// Drops the captured graph, so that the next gpt2_step with use_graph captures the step again
+// (after a change that capture must see, such as a profiler starting to trace).
+void gpt2_reset_graph(GPT2* model);
 
 // Forward-only evaluation of one batch held in io.tokens (micro-batch 0); synchronises and
 // returns the mean loss. logits_copy: as in gpt2_forward.

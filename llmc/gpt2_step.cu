@@ -12,24 +12,43 @@
 
 namespace {
 
+// Zeroes the gradients and the loss (first micro-step) and copies the step's values in, and
+// zeroes dresidual for this micro-step's backward, on ctx.stream or, with kBranchZeroing, on the
+// branch beside the forward, which does not touch them before the classifier (gpt2_forward
+// waits for m->zeroed there; gpt2_backward skips its own memset of dresidual).
+void enqueue_zeroing(const Context& ctx, GPT2* m, int micro) {
+    const size_t N = (size_t)m->B * m->T;
+    const bool on_branch = (ctx.branches & kBranchZeroing) != 0;
+    const cudaStream_t s = stream_for(ctx, on_branch);
+    if (on_branch) branch_fork(ctx);
+    if (micro == 0) {
+        CUDA_CHECK(cudaMemcpyAsync(m->d_step_values, m->io.step_values, sizeof(AdamWStepValues),
+                                   cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), s));
+        CUDA_CHECK(cudaMemsetAsync(m->d_results, 0, 2 * sizeof(float), s));
+    }
+    if (on_branch) {
+        CUDA_CHECK(cudaMemsetAsync(m->acts.dresidual, 0, N * m->cfg.channels * sizeof(floatX), s));
+        m->zeroed = branch_mark(ctx);
+    }
+}
+
 void enqueue_step(const Context& ctx, GPT2* m) {
     const size_t N = (size_t)m->B * m->T;
     const size_t token_bytes = (size_t)m->grad_accum * 2 * N * sizeof(int);
     CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, token_bytes, cudaMemcpyHostToDevice,
                                ctx.stream));
-    CUDA_CHECK(cudaMemcpyAsync(m->d_step_values, m->io.step_values, sizeof(AdamWStepValues),
-                               cudaMemcpyHostToDevice, ctx.stream));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->num_params * sizeof(floatX), ctx.stream));
-    CUDA_CHECK(cudaMemsetAsync(m->d_results, 0, 2 * sizeof(float), ctx.stream));
     const float loss_scale = 1.0f / ((float)N * (float)m->grad_accum);
     for (int micro = 0; micro < m->grad_accum; micro++) {
         const int* inputs = m->d_tokens + (size_t)micro * 2 * N;
         const int* targets = inputs + N;
         // Multi-GPU: the gradients are reduced over the ranks once, after the last micro-step.
         m->reduce_grads = m->dist != nullptr && micro == m->grad_accum - 1;
+        enqueue_zeroing(ctx, m, micro);
         gpt2_forward(ctx, m, inputs, targets, m->d_results, loss_scale,
                      /*backward_classifier=*/true);
         gpt2_backward(ctx, m, inputs);
+        m->zeroed = nullptr;
     }
     m->reduce_grads = false;
     if (m->dist == nullptr) {
@@ -64,6 +83,11 @@ void enqueue_step(const Context& ctx, GPT2* m) {
 }
 
 }  // namespace
+
+void gpt2_reset_graph(GPT2* m) {
+    if (m->graph != nullptr) CUDA_CHECK(cudaGraphExecDestroy(m->graph));
+    m->graph = nullptr;
+}
 
 void gpt2_step(const Context& ctx, GPT2* m, bool use_graph) {
     NvtxRange range("step");

@@ -21,6 +21,11 @@
 // every GPT-2 width) the row-in-registers kernels run: each row is read from memory once and
 // the backward keeps each lane's weight/bias gradient sums in registers; they compute the same
 // sums in the same order as the generic kernels, so results are bit-identical between the two.
+// Backward variant 1 (ctx.layernorm_backward_variant, LLMC_LAYERNORM_BACKWARD_VARIANT=1):
+// layernorm_backward_rows_in_flight_kernel where the register-held kernel would run, at most 32
+// values per lane (C <= 1024 in bf16): the same sums in the same order with fewer dependent trips
+// to memory (its comment has the floor and the reasoning); elsewhere the kernels above. Every
+// kernel and the reduction start with pdl_wait() (launch.cuh).
 // Last measured: H100 80GB HBM3, 2026-11-23, commit 376e4dc, dev/bench_ops (N = 65536, C = 768,
 // bf16): forward 74.4 us (90.2% of copy bandwidth), residual + forward 142.5 us (94.1%), backward
 // with the residual bias sums 190.1 us (70.5%).
@@ -29,6 +34,7 @@
 #include <type_traits>
 
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "layernorm.cuh"
 #include "nvtx.h"
 
@@ -92,6 +98,8 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
                                           const floatX* __restrict__ weight,  // (C)
                                           const floatX* __restrict__ bias,    // (C)
                                           int N, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
     if (row >= N) {
@@ -161,6 +169,8 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
                                               const floatX* __restrict__ weight,  // (C)
                                               const floatX* __restrict__ bias,    // (C)
                                               int N, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * kForwardWarps + threadIdx.x / kWarpSize;
     if (row >= N) {
@@ -235,6 +245,8 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
                                                        const float* __restrict__ rstd,     // (N)
                                                        int N, int C) {
     extern __shared__ float warp_sums[];  // (warps, kSums, C)
+    pdl_wait();
+    pdl_launch_dependents();
     const int warps = blockDim.x / kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
@@ -313,6 +325,39 @@ __device__ __forceinline__ void add_in_order(float* dst, const float (&acc)[kVec
     }
 }
 
+// The end of the register-held backward kernels: warp w adds its lanes' column sums after warps
+// 0..w-1 (the block's partial row in warp order, as the warp-per-row kernel sums it), then the
+// block writes its row of partials. 16-byte shared-memory accesses: a lane's kVec columns are
+// contiguous, and scalar accesses at that stride were 8-way bank conflicts that kept the other
+// warps waiting at the barrier (ncu, B=4: barrier stalls 46% of the kernel's stall cycles).
+template <int kVec, int kIters>
+__device__ __forceinline__ void write_block_partials(float* __restrict__ partials,
+                                                     float* __restrict__ block_sums,
+                                                     const float (&dw)[kIters][kVec],
+                                                     const float (&db)[kIters][kVec],
+                                                     const float (&dr)[kIters][kVec], int C) {
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    for (int w = 0; w < warps; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < kIters; i++) {
+                const int c = (i * kWarpSize + lane) * kVec;
+                if (c < C) {
+                    add_in_order<kVec>(block_sums + c, dw[i], w == 0);
+                    add_in_order<kVec>(block_sums + C + c, db[i], w == 0);
+                    add_in_order<kVec>(block_sums + 2 * C + c, dr[i], w == 0);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < kSums * C; c += blockDim.x) {
+        partials[(size_t)blockIdx.x * kSums * C + c] = block_sums[c];
+    }
+}
+
 // The same backward with each row's dout read once into registers (inp is read again in the
 // second pass, mostly from L1/L2) and each lane's column sums kept in registers (a lane owns the
 // same columns in every row, as in the forward above), so the inner loop does no shared-memory
@@ -331,6 +376,8 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
                                                const float* __restrict__ rstd,     // (N)
                                                int N, int C) {
     extern __shared__ float block_sums[];  // (kSums, C)
+    pdl_wait();
+    pdl_launch_dependents();
     const int warps = blockDim.x / kWarpSize;
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
@@ -391,28 +438,131 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
             }
         }
     }
-    // Warp w adds its sums after warps 0..w-1: the block's partial row in warp order. 16-byte
-    // shared-memory accesses: a lane's kVec columns are contiguous, and scalar accesses at that
-    // stride were 8-way bank conflicts that kept the other warps waiting at the barrier (ncu, B=4:
-    // barrier stalls 46% of the kernel's stall cycles).
-    for (int w = 0; w < warps; w++) {
-        if (warp == w) {
+    write_block_partials<kVec, kIters>(partials, block_sums, dw, db, dr, C);
+}
+
+// Variant 1 of the backward (Context::layernorm_backward_variant): the register-held kernel's
+// arithmetic in its order, so dinp and the partial rows are bitwise the same, with the loads
+// arranged for bandwidth. The floor is one read of dout, inp and dinp and one write of dinp,
+// 4 * N * C * sizeof(floatX) bytes. The register-held kernel makes two dependent trips to memory
+// per row (dout and inp; then, after the row's two warp reductions, dinp), with 16 warps per SM
+// and one row per warp: about 3 KB then 1.5 KB in flight per warp at GPT-2 small's width, and
+// two full memory latencies per row. Here each warp takes kRows rows at once (rows r, r + S, ...
+// with S the grid's warp count: the same rows in the same order as there) and requests dout, inp
+// and dinp of all of them together, before the reductions: one trip per kRows rows, 4.5 KB in
+// flight per row. The column sums (3 * C / 32 floats per lane) and the kRows rows' dout and dinp
+// held between the two passes need more than the 128 registers of two blocks per SM, so it runs
+// one block of 8 warps per SM over the same grid (two waves): 8 warps x 2 rows x 4.5 KB, twice
+// the register-held kernel's bytes in flight. inp is read again in the second pass (L1).
+template <int kVec, int kIters, int kRows>
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize, 1)
+    layernorm_backward_rows_in_flight_kernel(floatX* __restrict__ dinp,          // (N, C)
+                                             float* __restrict__ partials,       // (G, 3, C)
+                                             const floatX* __restrict__ dout,    // (N, C)
+                                             const floatX* __restrict__ inp,     // (N, C)
+                                             const floatX* __restrict__ weight,  // (C)
+                                             const float* __restrict__ mean,     // (N)
+                                             const float* __restrict__ rstd,     // (N)
+                                             int N, int C) {
+    extern __shared__ float block_sums[];  // (kSums, C)
+    pdl_wait();
+    pdl_launch_dependents();
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    const int stride = gridDim.x * warps;
+    float dw[kIters][kVec], db[kIters][kVec], dr[kIters][kVec];
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            dw[i][k] = 0.0f;
+            db[i][k] = 0.0f;
+            dr[i][k] = 0.0f;
+        }
+    }
+    for (int row0 = blockIdx.x * warps + warp; row0 < N; row0 += kRows * stride) {
+        Vec<floatX, kVec> g[kRows][kIters], d[kRows][kIters];
+        float m[kRows], s[kRows], mean_dn[kRows], mean_dn_xhat[kRows];
+        {
+            Vec<floatX, kVec> x[kRows][kIters];
+#pragma unroll
+            for (int j = 0; j < kRows; j++) {
+                const int row = row0 + j * stride;
+                if (row >= N) continue;
+                const size_t base = (size_t)row * C;
+#pragma unroll
+                for (int i = 0; i < kIters; i++) {
+                    const int c = (i * kWarpSize + lane) * kVec;
+                    if (c < C) {
+                        g[j][i] = load_vec<kVec>(dout + base + c);
+                        x[j][i] = load_vec<kVec>(inp + base + c);
+                        d[j][i] = load_vec<kVec>(dinp + base + c);
+                    }
+                }
+                m[j] = mean[row];
+                s[j] = rstd[row];
+            }
+#pragma unroll
+            for (int j = 0; j < kRows; j++) {
+                float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+                if (row0 + j * stride < N) {
+#pragma unroll
+                    for (int i = 0; i < kIters; i++) {
+                        const int c = (i * kWarpSize + lane) * kVec;
+                        if (c < C) {
+                            const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+#pragma unroll
+                            for (int k = 0; k < kVec; k++) {
+                                const float dn = to_float(g[j][i].v[k]) * to_float(w.v[k]);
+                                sum_dn += dn;
+                                sum_dn_xhat += dn * (to_float(x[j][i].v[k]) - m[j]) * s[j];
+                            }
+                        }
+                    }
+                }
+                mean_dn[j] = warp_sum(sum_dn) / (float)C;
+                mean_dn_xhat[j] = warp_sum(sum_dn_xhat) / (float)C;
+            }
+        }
+        // Rows in order, so each column sum adds the rows in the register-held kernel's order.
+#pragma unroll
+        for (int j = 0; j < kRows; j++) {
+            const int row = row0 + j * stride;
+            if (row >= N) continue;
+            const size_t base = (size_t)row * C;
 #pragma unroll
             for (int i = 0; i < kIters; i++) {
                 const int c = (i * kWarpSize + lane) * kVec;
                 if (c < C) {
-                    add_in_order<kVec>(block_sums + c, dw[i], w == 0);
-                    add_in_order<kVec>(block_sums + C + c, db[i], w == 0);
-                    add_in_order<kVec>(block_sums + 2 * C + c, dr[i], w == 0);
+                    const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+                    const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+#pragma unroll
+                    for (int k = 0; k < kVec; k++) {
+                        const float gk = to_float(g[j][i].v[k]);
+                        const float xhat = (to_float(x.v[k]) - m[j]) * s[j];
+                        const float dn = gk * to_float(w.v[k]);
+                        d[j][i].v[k] =
+                            from_float<floatX>(to_float(d[j][i].v[k]) +
+                                               s[j] * (dn - mean_dn[j] - xhat * mean_dn_xhat[j]));
+                        dw[i][k] += gk * xhat;
+                        db[i][k] += gk;
+                        dr[i][k] += to_float(d[j][i].v[k]);
+                    }
+                    store_vec<kVec>(dinp + base + c, d[j][i]);
                 }
             }
         }
-        __syncthreads();
     }
-    for (int c = threadIdx.x; c < kSums * C; c += blockDim.x) {
-        partials[(size_t)blockIdx.x * kSums * C + c] = block_sums[c];
-    }
+    write_block_partials<kVec, kIters>(partials, block_sums, dw, db, dr, C);
 }
+
+// Rows per warp at once in the variant above: 2 where they fit in registers without spilling
+// (up to 24 values per lane: GPT-2 small's C = 768 in bf16), else 1. Past 32 values per lane
+// (C > 1024 in bf16) even one row spills, and the register-held kernel runs instead.
+template <int kIters>
+constexpr int kRowsInFlight = kIters* kVecX <= 24 ? 2 : 1;
+constexpr int kRowsInFlightMaxValues = 32;
 
 // Column sums of partials (G, 3C) in a fixed order, added into dweight | dbias | dres_bias (the
 // last only when given: sums = 3, else 2). Block: 32 columns x kReduceGroups groups; group y
@@ -423,6 +573,8 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
                                                     const float* __restrict__ partials,  // (G, 3C)
                                                     int G, int C, int sums) {
     __shared__ float group_sums[kReduceGroups][kReduceCols];
+    pdl_wait();
+    pdl_launch_dependents();
     const int col = blockIdx.x * kReduceCols + threadIdx.x;
     float acc = 0.0f;
     if (col < sums * C) {
@@ -502,16 +654,17 @@ void launch_layernorm_forward(const Context& ctx, floatX* out, float* mean, floa
     const int iters = kVec == kVecX ? register_iters(C) : 0;
     if (iters > 0) {
         with_iters<kMaxRegisterIters>(iters, [&](auto it) {
-            layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value, kResidual>
-                <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(
-                    out, mean, rstd, residual, inp1, inp2, weight, bias, N, C);
+            launch_kernel(
+                ctx, ctx.stream,
+                layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value, kResidual>,
+                blocks, kForwardWarps * kWarpSize, 0, out, mean, rstd, residual, inp1, inp2, weight,
+                bias, N, C);
         });
     } else {
-        layernorm_forward_warp_per_row_kernel<kVec, kResidual>
-            <<<blocks, kForwardWarps * kWarpSize, 0, ctx.stream>>>(out, mean, rstd, residual, inp1,
-                                                                   inp2, weight, bias, N, C);
+        launch_kernel(ctx, ctx.stream, layernorm_forward_warp_per_row_kernel<kVec, kResidual>,
+                      blocks, kForwardWarps * kWarpSize, 0, out, mean, rstd, residual, inp1, inp2,
+                      weight, bias, N, C);
     }
-    CUDA_CHECK_LAST();
 }
 
 void check_forward_args(const char* op, const floatX* out, const float* mean, const float* rstd,
@@ -570,7 +723,8 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
 
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
-                        const float* mean, const float* rstd, int N, int C, floatX* dres_bias) {
+                        const float* mean, const float* rstd, int N, int C, floatX* dres_bias,
+                        bool reduce_on_branch) {
     NvtxRange range("layernorm_backward");
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC,
                "layernorm_backward: bad shape N=%d C=%d (C must be at most %d)", N, C, kMaxC);
@@ -578,6 +732,9 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                "layernorm_backward: scratch must be a 16-byte aligned buffer of "
                "layernorm_backward_scratch_bytes(ctx, N, C) bytes");
     LLMC_CHECK(dinp != dout, "layernorm_backward: dinp must not alias dout");
+    LLMC_CHECK(ctx.layernorm_backward_variant == 0 || ctx.layernorm_backward_variant == 1,
+               "layernorm_backward: variant %d does not exist (0 or 1)",
+               ctx.layernorm_backward_variant);
     float* partials = static_cast<float*>(scratch);
     const bool vec =
         C % kVecX == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
@@ -587,25 +744,39 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     const size_t smem = (size_t)shape.warps * kSums * C * sizeof(float);
     if (registers) {
         // Only the block's (kSums, C) sums live in shared memory here.
+        const size_t block_smem = kSums * C * sizeof(float);
         with_iters<kMaxBackwardRegisterIters>(iters, [&](auto it) {
-            layernorm_backward_row_in_registers_kernel<kVecX, decltype(it)::value>
-                <<<shape.blocks, shape.warps * kWarpSize, kSums * C * sizeof(float), ctx.stream>>>(
-                    dinp, partials, dout, inp, weight, mean, rstd, N, C);
+            constexpr int kIters = decltype(it)::value;
+            if constexpr (kIters * kVecX <= kRowsInFlightMaxValues) {
+                if (ctx.layernorm_backward_variant == 1) {
+                    launch_kernel(ctx, ctx.stream,
+                                  layernorm_backward_rows_in_flight_kernel<kVecX, kIters,
+                                                                           kRowsInFlight<kIters>>,
+                                  shape.blocks, shape.warps * kWarpSize, block_smem, dinp, partials,
+                                  dout, inp, weight, mean, rstd, N, C);
+                    return;
+                }
+            }
+            launch_kernel(ctx, ctx.stream,
+                          layernorm_backward_row_in_registers_kernel<kVecX, kIters>, shape.blocks,
+                          shape.warps * kWarpSize, block_smem, dinp, partials, dout, inp, weight,
+                          mean, rstd, N, C);
         });
     } else if (vec) {
-        layernorm_backward_warp_per_row_kernel<kVecX>
-            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(dinp, partials, dout, inp,
-                                                                          weight, mean, rstd, N, C);
+        launch_kernel(ctx, ctx.stream, layernorm_backward_warp_per_row_kernel<kVecX>, shape.blocks,
+                      shape.warps * kWarpSize, smem, dinp, partials, dout, inp, weight, mean, rstd,
+                      N, C);
     } else {
-        layernorm_backward_warp_per_row_kernel<1>
-            <<<shape.blocks, shape.warps * kWarpSize, smem, ctx.stream>>>(dinp, partials, dout, inp,
-                                                                          weight, mean, rstd, N, C);
+        launch_kernel(ctx, ctx.stream, layernorm_backward_warp_per_row_kernel<1>, shape.blocks,
+                      shape.warps * kWarpSize, smem, dinp, partials, dout, inp, weight, mean, rstd,
+                      N, C);
     }
-    CUDA_CHECK_LAST();
     const int sums = dres_bias != nullptr ? 3 : 2;
     const int reduce_blocks = (sums * C + kReduceCols - 1) / kReduceCols;
-    layernorm_param_grads_reduce_kernel<<<reduce_blocks, dim3(kReduceCols, kReduceGroups), 0,
-                                          ctx.stream>>>(dweight, dbias, dres_bias, partials,
-                                                        shape.blocks, C, sums);
-    CUDA_CHECK_LAST();
+    LLMC_CHECK(!reduce_on_branch || ctx.branches != 0,
+               "layernorm_backward: reduce_on_branch needs the branch (ctx.branches)");
+    if (reduce_on_branch) branch_fork(ctx);
+    launch_kernel(ctx, stream_for(ctx, reduce_on_branch), layernorm_param_grads_reduce_kernel,
+                  reduce_blocks, dim3(kReduceCols, kReduceGroups), 0, dweight, dbias, dres_bias,
+                  partials, shape.blocks, C, sums);
 }

@@ -8,7 +8,14 @@
 //                       GPT-2 dinp is the gradient of the residual stream, which is the output
 //                       gradient of the projection that added to it, so this is that
 //                       projection's bias gradient, summed here while dinp is in registers
-//                       instead of read again by the matmul backward.
+//                       instead of read again by the matmul backward. With reduce_on_branch
+//                       the second kernel (the fixed-order reduction of the weight, bias and
+//                       dres_bias partials in `scratch`) runs on the branch stream
+//                       (context.cuh: branch_fork first): the caller waits for it (branch_mark /
+//                       branch_wait) before reading those gradients or reusing `scratch`; dinp
+//                       is final on ctx.stream either way. ctx.layernorm_backward_variant picks
+//                       the first kernel where GPT-2's widths take the row-in-registers path
+//                       (layernorm.cu); every variant gives the same bits.
 // Statistics and sums are in float whatever floatX is.
 #pragma once
 #include "context.cuh"
@@ -27,4 +34,4 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
                         const float* mean, const float* rstd, int N, int C,
-                        floatX* dres_bias = nullptr);
+                        floatX* dres_bias = nullptr, bool reduce_on_branch = false);

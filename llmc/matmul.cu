@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "matmul.cuh"
 
 struct MatmulPlan {
@@ -134,6 +135,7 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
 
 // Column-major D(m,n) = alpha * op(A) op(B) + beta * D, batched with strides, with an epilogue.
 // bias: the bias (BIAS epilogues) or the bias-gradient output (BGRADB); aux: the GELU input.
+// on_branch: on ctx.branch_stream with the branch's workspace (context.cuh).
 struct LtCall {
     int m, n, k;
     bool transa, transb;
@@ -152,6 +154,7 @@ struct LtCall {
     const void* bias = nullptr;
     void* aux = nullptr;
     int ldaux = 0;
+    bool on_branch = false;
 };
 
 void set_epilogue_pointers(MatmulPlan* p, const LtCall& c) {
@@ -167,8 +170,10 @@ void set_epilogue_pointers(MatmulPlan* p, const LtCall& c) {
 
 cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c,
                         const cublasLtMatmulAlgo_t* algo) {
+    void* workspace = c.on_branch ? ctx.branch_lt_workspace : ctx.lt_workspace;
     return cublasLtMatmul(ctx.lt, p->desc, &c.alpha, c.A, p->a, c.B, p->b, &c.beta, c.D, p->c, c.D,
-                          p->c, algo, ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream);
+                          p->c, algo, workspace, ctx.lt_workspace_bytes,
+                          stream_for(ctx, c.on_branch));
 }
 
 // Times each candidate on this call's own operands (median of a few runs) and keeps the
@@ -177,15 +182,16 @@ cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c
 // the real call rewrites; when beta != 0 D is also read, so it is saved and restored.
 void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
               const cublasLtMatmulHeuristicResult_t* candidates, int count) {
+    const cudaStream_t stream = stream_for(ctx, c.on_branch);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(ctx.stream, &capture));
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (count < 2 || capture != cudaStreamCaptureStatusNone) return;
     const size_t d_bytes =
         ((size_t)(c.batch - 1) * c.stride_d + (size_t)c.ldd * c.n) * sizeof(floatX);
     void* saved = nullptr;
     if (c.beta != 0.0f) {
-        CUDA_CHECK(cudaMallocAsync(&saved, d_bytes, ctx.stream));
-        CUDA_CHECK(cudaMemcpyAsync(saved, c.D, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+        CUDA_CHECK(cudaMallocAsync(&saved, d_bytes, stream));
+        CUDA_CHECK(cudaMemcpyAsync(saved, c.D, d_bytes, cudaMemcpyDeviceToDevice, stream));
     }
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
@@ -195,9 +201,9 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         if (run_algo(ctx, p, c, &candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
         float times[5];
         for (float& t : times) {
-            CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+            CUDA_CHECK(cudaEventRecord(start, stream));
             CUBLAS_CHECK(run_algo(ctx, p, c, &candidates[i].algo));
-            CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+            CUDA_CHECK(cudaEventRecord(stop, stream));
             CUDA_CHECK(cudaEventSynchronize(stop));
             CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
         }
@@ -210,8 +216,8 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
     if (saved != nullptr) {
-        CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, ctx.stream));
-        CUDA_CHECK(cudaFreeAsync(saved, ctx.stream));
+        CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaFreeAsync(saved, stream));
     }
 }
 
@@ -242,6 +248,8 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
 // dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum.
 __global__ void bias_grad_accumulate_kernel(floatX* __restrict__ dbias,
                                             const BiasGradT* __restrict__ partial, int n) {
+    pdl_wait();
+    pdl_launch_dependents();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + to_float(partial[i]));
 }
@@ -261,6 +269,8 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
                                  const floatX* __restrict__ dout,  // (N, OC)
                                  int N, int OC) {
     __shared__ float warp_sums[kBiasWarps][kBiasStrip];
+    pdl_wait();
+    pdl_launch_dependents();
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     const int col = blockIdx.x * kBiasStrip + lane * kVecX;
     const int rows = (N + kBiasRowBlocks - 1) / kBiasRowBlocks;
@@ -290,6 +300,8 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
 
 __global__ void bias_backward_reduce_kernel(floatX* __restrict__ dbias,
                                             const float* __restrict__ partial, int OC) {
+    pdl_wait();
+    pdl_launch_dependents();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float total = 0.0f;
@@ -302,14 +314,13 @@ bool bias_backward_vectorized(const floatX* dout, int OC) {
     return OC % kVecX == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0;
 }
 
-void bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout, int N,
-                   int OC) {
+void bias_backward(const Context& ctx, cudaStream_t stream, floatX* dbias, float* scratch,
+                   const floatX* dout, int N, int OC) {
     const dim3 grid((OC + kBiasStrip - 1) / kBiasStrip, kBiasRowBlocks);
-    bias_backward_partial_kernel<<<grid, kBiasWarps * kWarpSize, 0, ctx.stream>>>(scratch, dout, N,
-                                                                                  OC);
-    CUDA_CHECK_LAST();
-    bias_backward_reduce_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(dbias, scratch, OC);
-    CUDA_CHECK_LAST();
+    launch_kernel(ctx, stream, bias_backward_partial_kernel, grid, kBiasWarps * kWarpSize, 0,
+                  scratch, dout, N, OC);
+    launch_kernel(ctx, stream, bias_backward_reduce_kernel, (OC + 255) / 256, 256, 0, dbias,
+                  scratch, OC);
 }
 
 }  // namespace
@@ -322,7 +333,7 @@ void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, con
                "matmul_bias_backward: needs N, OC > 0, OC a multiple of %d and 16-byte aligned "
                "dout (N=%d OC=%d)",
                kVecX, N, OC);
-    bias_backward(ctx, dbias, scratch, dout, N, OC);
+    bias_backward(ctx, ctx.stream, dbias, scratch, dout, N, OC);
 }
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
@@ -347,11 +358,10 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
     lt_matmul(ctx, c);
 }
 
-void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
-                     float* dbias_scratch, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu) {
-    LLMC_CHECK(dbias == nullptr || dbias_scratch != nullptr,
-               "matmul_backward: a bias gradient needs dbias_scratch");
+void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
+                           const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu) {
+    LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_backward_input: bad shape N=%d IC=%d OC=%d", N,
+               IC, OC);
     // dinp^T (IC x N) = W^T (col-major view of W, IC x OC) * dout^T (OC x N)
     LtCall d{};
     d.m = IC, d.n = N, d.k = OC;
@@ -367,7 +377,19 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
         d.ldaux = IC;
     }
     lt_matmul(ctx, d);
+}
 
+void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
+                            float* dbias_scratch, const floatX* dout, const floatX* inp, int N,
+                            int IC, int OC, bool on_branch) {
+    LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_backward_weight: bad shape N=%d IC=%d OC=%d", N,
+               IC, OC);
+    LLMC_CHECK(dbias == nullptr || dbias_scratch != nullptr,
+               "matmul_backward: a bias gradient needs dbias_scratch");
+    LLMC_CHECK(!on_branch || (ctx.branches & kBranchGemms) != 0,
+               "matmul_backward_weight: on_branch needs kBranchGemms (the branch's workspace)");
+    if (on_branch) branch_fork(ctx);
+    const cudaStream_t stream = stream_for(ctx, on_branch);
     // dW^T (IC x OC) += inp^T (IC x N) * dout (N x OC); BGRADB sums op(B) = dout over N.
     LtCall w{};
     w.m = IC, w.n = OC, w.k = N;
@@ -376,6 +398,7 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     w.B = dout, w.ldb = OC, w.stride_b = 0;
     w.D = dweight, w.ldd = IC, w.stride_d = 0;
     w.beta = 1.0f;
+    w.on_branch = on_branch;
     const bool own_bias_kernel = dbias != nullptr && bias_backward_vectorized(dout, OC);
     if (dbias != nullptr && !own_bias_kernel) {
         w.epilogue = CUBLASLT_EPILOGUE_BGRADB;
@@ -383,12 +406,18 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
     }
     lt_matmul(ctx, w);
     if (own_bias_kernel) {
-        bias_backward(ctx, dbias, dbias_scratch, dout, N, OC);
+        bias_backward(ctx, stream, dbias, dbias_scratch, dout, N, OC);
     } else if (dbias != nullptr) {
-        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream>>>(
-            dbias, reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);
-        CUDA_CHECK_LAST();
+        launch_kernel(ctx, stream, bias_grad_accumulate_kernel, (OC + 255) / 256, 256, 0, dbias,
+                      reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);
     }
+}
+
+void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
+                     float* dbias_scratch, const floatX* dout, const floatX* inp,
+                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu) {
+    matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu);
+    matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC);
 }
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,

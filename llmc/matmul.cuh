@@ -41,6 +41,18 @@ void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, con
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
                      const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr);
+// Its two halves (matmul_backward runs the first, then the second), for a caller that
+// schedules them apart: the input gradient (dinp, with the DGELU epilogue given pre_gelu), and
+// the weight and bias gradients. With on_branch (needs ctx.branches & kBranchGemms) the second
+// first forks the branch stream (branch_fork) and runs there with the branch's workspace; the
+// caller waits for it (branch_mark / branch_wait) before overwriting dout or inp, or reading
+// dweight, dbias or dbias_scratch.
+void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
+                           const floatX* weight, int N, int IC, int OC,
+                           const floatX* pre_gelu = nullptr);
+void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
+                            float* dbias_scratch, const floatX* dout, const floatX* inp, int N,
+                            int IC, int OC, bool on_branch = false);
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,

@@ -93,6 +93,7 @@ void RunLog::write(const StepRecord& r) {
     put_float(file_, "lr", r.lr, "%.9g");
     put_float(file_, "norm", r.norm, "%.9g");
     put_float(file_, "ms", r.ms, "%.4f");
+    put_float(file_, "period_ms", r.period_ms, "%.4f");
     put_float(file_, "tok_s", r.tok_s, "%.1f");
     put_float(file_, "mfu", r.mfu, "%.5f");
     if (!r.extra.empty()) std::fprintf(file_, ", %s", r.extra.c_str());

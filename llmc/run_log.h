@@ -2,15 +2,18 @@
 //
 // One JSON object per line and per optimizer step, written and flushed when the step ends:
 //   {"step": 51, "loss": 3.14159274, "val_loss": 3.2, "lr": 0.0003, "norm": 1.5, "ms": 32.1,
-//    "tok_s": 127000, "mfu": 0.221, "skipped": false}
+//    "period_ms": 32.9, "tok_s": 127000, "mfu": 0.221, "skipped": false}
 // loss and val_loss are printed with 9 significant digits, enough to tell every fp32 value
 // apart, so two runs can be compared bit for bit from their logs; val_loss only on the steps
 // that validate; a non-finite value is written as null (JSON has no NaN). Steps that evaluate
 // HellaSwag add "hellaswag_acc", "hellaswag_acc_sum", "hellaswag_correct", "hellaswag_correct_sum",
 // "hellaswag_examples", "hellaswag_s" (llmc/hellaswag.h); steps that sample the GPU (--gpu-log)
 // add "gpu_sm_mhz", "gpu_mem_mhz", "gpu_power_w", "gpu_temp_c", "gpu_mem_used_mib",
-// "gpu_throttle" (llmc/gpu_monitor.h). skipped: the step's
-// loss or gradient norm was not finite, so the optimizer left the weights alone.
+// "gpu_throttle" (llmc/gpu_monitor.h). skipped: the step's loss or gradient norm was not finite,
+// so the optimizer left the weights alone. ms is the GPU step (CUDA events around its launch);
+// period_ms the wall clock since the previous record, so the host's work between steps too
+// (data, launch, the wait, printing, logging; and validation, samples and checkpoints where they
+// ran).
 // scripts/plot.py draws these files.
 #pragma once
 #include <cstdio>
@@ -23,7 +26,7 @@ struct StepRecord {
     float loss = 0, lr = 0, norm = 0;
     bool has_val = false;
     float val_loss = 0;
-    double ms = 0, tok_s = 0, mfu = 0;
+    double ms = 0, period_ms = 0, tok_s = 0, mfu = 0;
     bool skipped = false;
     // More "key": value pairs for this step, already formatted and comma-separated (HellaSwag
     // scores, GPU telemetry); written before "skipped".

@@ -8,7 +8,8 @@
 # reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
 # GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
 # build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
-# dump with CUDA graphs on and off. Without a GPU each prints SKIP and its reason.
+# dump with CUDA graphs on and off, each also with every step switch on (llmc/context.cuh).
+# Without a GPU each prints SKIP and its reason.
 # Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +92,15 @@ if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
         run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
             --state "$TESTDATA/small_state.bin" --graph "$g"
     done
+    # Every step switch of llmc/context.cuh on (graph branches, PDL, the kernel variants): the
+    # same checks, and the gradients bitwise those of every switch off (test_gpt2cu's last check).
+    for g in 1 0; do
+        run "test_gpt2cu_small_graph${g}_switches" env LLMC_BRANCHES=all LLMC_PDL=1 \
+            LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1 ./test_gpt2cu \
+            --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
+    done
+    # The sharded optimizer kernels, which only multi-GPU runs launch, with PDL too.
+    run gpu_test_adamw_sharded_pdl env LLMC_PDL=1 "$PRECISION_DIR/dev/test_adamw_sharded"
 else
     skip gpu_tests "no NVIDIA GPU visible (nvidia-smi lists none); per-op tests and test_gpt2cu need one"
 fi
