@@ -19,8 +19,7 @@
 //      accumulated output read and written once; scratch traffic and second passes are not
 //      counted, so the % column is the distance from the floor. Each row prints its formula.
 // Rows under 80% of the copy bandwidth are flagged with '<80%'. loss_accumulate moves 256 KiB:
-// it is launch-bound by nature and is listed for completeness.
-// Last measured: not yet measured on a GPU.
+// it is launch-bound by nature and is listed for completeness. Results: docs/results.md.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -153,8 +153,8 @@ GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B
     std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
               [](const auto& x, const auto& y) { return x.second > y.second; });
     plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
-    // Measured on an H100 (d36, --recompute 2): with 42 MiB to spare the autotuner's copy of
-    // dwte (123 MiB) failed; d24 ran with 780 MiB to spare. dwte's size plus 256 MiB covers both.
+    // Headroom for what is allocated after the plan: the autotuner's copy of dwte and cuBLASLt's
+    // working memory; dwte's size plus 256 MiB (the runs behind it: docs/perf-log.md).
     plan.reserve = (size_t)cfg.padded_vocab_size * cfg.channels * sizeof(floatX) + (256u << 20);
     return plan;
 }
@@ -374,10 +374,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     floatX* const* g = m->grad;
     const ParamLayout& lay = m->layout;
 
-    // Everything runs on ctx.stream. Tried: a side stream for the reductions off the critical
-    // path (the layernorm backward's weight/bias reduce, the fc and qkv bias sums), forked after
-    // their producers and joined before the next layernorm backward: slower, 10.00 vs 9.86 ms at
-    // d12 B=4 and 119.1 vs 118.0 ms at B=64 (H100, 2026-11-23, commit b15875f).
+    // Everything runs on ctx.stream (a side stream for the reductions off the critical path was
+    // slower: docs/perf-log.md).
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     // The projections that add to the residual stream (attproj, fcproj) take their bias
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).

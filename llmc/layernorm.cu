@@ -21,9 +21,7 @@
 // every GPT-2 width) the row-in-registers kernels run: each row is read from memory once and
 // the backward keeps each lane's weight/bias gradient sums in registers; they compute the same
 // sums in the same order as the generic kernels, so results are bit-identical between the two.
-// Last measured: H100 80GB HBM3, 2026-11-23, commit 376e4dc, dev/bench_ops (N = 65536, C = 768,
-// bf16): forward 74.4 us (90.2% of copy bandwidth), residual + forward 142.5 us (94.1%), backward
-// with the residual bias sums 190.1 us (70.5%).
+// Measured bandwidth: docs/results.md.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -393,8 +391,7 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
     }
     // Warp w adds its sums after warps 0..w-1: the block's partial row in warp order. 16-byte
     // shared-memory accesses: a lane's kVec columns are contiguous, and scalar accesses at that
-    // stride were 8-way bank conflicts that kept the other warps waiting at the barrier (ncu, B=4:
-    // barrier stalls 46% of the kernel's stall cycles).
+    // stride were 8-way bank conflicts that kept the other warps waiting at the barrier.
     for (int w = 0; w < warps; w++) {
         if (warp == w) {
 #pragma unroll
@@ -450,8 +447,8 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
 // The backward's launch shape, a function of the device, (N, C) and the kernel only, so the
 // scratch size and the launch agree. The warp-per-row kernel keeps kSums * C floats of shared
 // memory per warp, which limits its warps per block; the register-held kernel keeps them once per
-// block and always runs kBackwardMaxWarps warps (taking the other kernel's smaller count cost it
-// 20% at C = 768: 5 warps per block, 10 per SM, once the third sum came in).
+// block and always runs kBackwardMaxWarps warps (the other kernel's smaller count, 5 warps per
+// block and 10 per SM at C = 768 with three sums, left it short of occupancy).
 struct BackwardShape {
     int warps;   // per block
     int blocks;  // G, partial rows in scratch

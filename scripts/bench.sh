@@ -194,7 +194,7 @@ for c in "${configs[@]}"; do
 done
 
 # .carry/commit.txt first: on a machine that receives a copy of the working tree, git's HEAD
-# can be older than the files (seen on the device machines: a c4a5a1b tree reported f2640b8).
+# can be older than the files (seen on the device machines: a tree reported an older commit).
 commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BENCH_GPUS=$gpus "$PY" - "$outdir" "$commit" "${tags[@]}" <<'EOF'
 import datetime, json, os, sys

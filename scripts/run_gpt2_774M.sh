@@ -12,7 +12,7 @@
 #   total            = 1.56e20 FLOPs
 #   one H100 SXM     = 110 h at 40% MFU of its bf16 dense peak (989.4 TFLOP/s, i.e. 396 TFLOP/s
 #                      sustained); 399 h at the 22% MFU of the TF32 peak (494.7 TFLOP/s) that
-#                      the fp32 build measured for d12 (README, c7fecb1); the trainer uses
+#                      the fp32 build measured for d12 (docs/results.md); the trainer uses
 #                      one GPU.
 # Optimisation: AdamW (0.9, 0.95), lr 2.5e-4 (GPT-3's for this size), 700 warmup steps, cosine to
 # 10% of the peak, weight decay 0.1 on 2-D weights, gradient clip 1.0. Micro-batch -b 32
