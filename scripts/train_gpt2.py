@@ -125,8 +125,10 @@ class Dist:
               f"{'GPU' if device.type == 'cuda' else 'CPU process'}; B is per rank")
 
     def stop(self):
+        if not self.on:  # a single process may not have torch at all
+            return
         import torch.distributed as td
-        if self.on and td.is_initialized():
+        if td.is_initialized():
             td.destroy_process_group()
 
     def sum(self, t):
