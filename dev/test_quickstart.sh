@@ -23,8 +23,8 @@ fail() { echo "FAIL $*"; bad=$((bad + 1)); }
 mkdir -p "$WORK/tree/scripts" "$WORK/tree/data/brown" "$WORK/bin"
 cp scripts/quickstart.sh "$WORK/tree/scripts/"
 printf '#!/usr/bin/env bash\necho "stand-in datasets.sh $*"\n' >"$WORK/tree/scripts/datasets.sh"
-printf '.PHONY: prepare_data train_gpt2cu\nprepare_data:\n\t@echo "make ran: prepare_data"\ntrain_gpt2cu:\n\t@echo "make ran: train_gpt2cu"\n' \
-    >"$WORK/tree/Makefile"
+printf '.PHONY: prepare_data train_gpt2cu\n%s:\n\t@echo "make ran: %s"\n' \
+    prepare_data prepare_data train_gpt2cu train_gpt2cu >"$WORK/tree/Makefile"
 printf '#!/usr/bin/env bash\necho "stand-in train_gpt2cu $*"\n' >"$WORK/tree/train_gpt2cu"
 printf '#!/usr/bin/env bash\necho stand-in prepare_data\n' >"$WORK/tree/prepare_data"
 chmod +x "$WORK/tree/train_gpt2cu" "$WORK/tree/prepare_data"
@@ -48,7 +48,8 @@ run() {  # run GPU(0|1) ARGS...: quickstart's output in $WORK/out, its exit code
 }
 
 run 0
-grep -q "make ran: prepare_data" "$WORK/out" && pass "make runs for prepare_data though ./prepare_data exists" ||
+grep -q "make ran: prepare_data" "$WORK/out" &&
+    pass "make runs for prepare_data though ./prepare_data exists" ||
     fail "make did not run for prepare_data: $(cat "$WORK/out")"
 for case in ":8" "-b 4:17" "-b 4 -t 512:35" "-b=2:35" "-b 16 -b 4:17"; do
     args=${case%:*} want=${case##*:}

@@ -159,8 +159,9 @@ def check_out_dir(out_dir):
     if os.path.isdir(out_dir):
         others = sorted(set(os.listdir(out_dir)) - set(EXPORT_FILES))
         if others:
-            raise ExportError(f"{out_dir} holds files that are not an export ({', '.join(others[:3])}"
-                              f"{', ...' if len(others) > 3 else ''}); give a new or empty folder")
+            names = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise ExportError(f"{out_dir} holds files that are not an export ({names}); give a "
+                              "new or empty folder")
     parent = os.path.dirname(os.path.abspath(out_dir))
     if not os.path.isdir(parent):
         raise ExportError(f"cannot write {out_dir}: the folder {parent} does not exist")

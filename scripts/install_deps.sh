@@ -50,7 +50,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 missing=()
-have_python || missing+=("a python3 with torch, numpy, regex and matplotlib (python3-torch python3-numpy python3-regex python3-matplotlib; LLMC_PYTHON picks the interpreter)")
+have_python || missing+=("a python3 with torch, numpy, regex and matplotlib (python3-torch \
+python3-numpy python3-regex python3-matplotlib; LLMC_PYTHON picks the interpreter)")
 command -v clang-format >/dev/null 2>&1 || missing+=("clang-format")
 [ "$all" = 0 ] || command -v npm >/dev/null 2>&1 || missing+=("npm")
 if [ ${#missing[@]} -gt 0 ]; then
@@ -59,7 +60,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
 fi
 if [ "$all" = 1 ]; then
-    declare -A user=([transformers]=scripts/check_hf_logits.py [tiktoken]=scripts/bench_tokenizer.py)
+    declare -A user=([transformers]=scripts/check_hf_logits.py
+                     [tiktoken]=scripts/bench_tokenizer.py)
     for m in transformers tiktoken; do  # not packaged by Debian
         "$py" -c "import $m" >/dev/null 2>&1 ||
             echo "note: $m is not installed; only ${user[$m]} needs it (pip install $m)" >&2
