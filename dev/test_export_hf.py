@@ -25,11 +25,16 @@ import struct
 import subprocess
 import sys
 
-import numpy as np
-
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import check_hf_logits  # noqa: E402 (after the path)
+from pydeps import require  # noqa: E402 (after the path)
+
+np = require("numpy")
+require("torch")
+import check_hf_logits  # noqa: E402
 import train_gpt2  # noqa: E402
 
 L, NH, C, V, MAXT = 2, 4, 128, 1000, 96

@@ -10,7 +10,7 @@
 #      8 at the default B=8 T=1024, 17 with -b 4, 35 with -b 4 -t 512, 35 with -b=2;
 #   3. without a GPU it trains nothing and prints the command; with one it runs make for
 #      train_gpt2cu every time (even when ./train_gpt2cu exists) and then trains;
-#   4. a -b that is not a number is refused with one sentence, exit 2.
+#   4. a -b that is not a number is refused with one sentence, exit 2; --help prints the usage.
 # Ends with "test_quickstart: N passed, M failed"; exits 1 on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +70,13 @@ if [ "$rc" = 0 ] && grep -q "make ran: train_gpt2cu" "$WORK/out" &&
 else
     fail "with a GPU, -b 4: exit $rc:"
     sed 's/^/    /' "$WORK/out"
+fi
+run 0 --help
+if [ "$rc" = 0 ] && grep -q "^quickstart.sh \[train_gpt2cu options\]" "$WORK/out" &&
+    ! grep -q "make ran" "$WORK/out"; then
+    pass "--help prints the usage, exit 0, nothing built"
+else
+    fail "--help: exit $rc: $(head -n 3 "$WORK/out")"
 fi
 run 0 -b four
 if [ "$rc" = 2 ] && [ "$(wc -l <"$WORK/out")" = 1 ] && grep -q "^error: -b and -t" "$WORK/out"; then

@@ -39,6 +39,7 @@ backends=""
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+[ "${1:-}" = --help ] && { usage; exit 0; }
 while getopts "s:d:o:a:g:kh" opt; do
     case $opt in
         s) steps=$OPTARG ;;

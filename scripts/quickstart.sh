@@ -17,6 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=data/brown
 B=8 T=1024
+for a in "$@"; do
+    case $a in
+        -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    esac
+done
 # The -b and -t given (the last of each wins, as in train_gpt2cu) size the validation batches.
 prev=""
 for a in "$@"; do
