@@ -14,7 +14,8 @@ Reads README.md, data/README.md and docs/*.md and checks, on the CPU:
      hand their options on (quickstart.sh to train_gpt2cu, prepare_data.sh to prepare_data) are
      checked against both;
   4. every `make TARGET` they show is a target of the Makefile;
-  5. every relative link [text](path) between the docs points at a file that exists.
+  5. every relative link [text](path#anchor) between the docs points at a file that exists, and
+     its anchor at a heading of that file.
 Prints one PASS/FAIL line per check group with the offending places; exits 1 on any failure.
 Usage: dev/test_docs.py [--python PY] (PY runs the Python scripts' --help; default: this one).
 """
@@ -69,6 +70,20 @@ def commands(text):
     joined = "\n".join(prose)
     for m in re.finditer(r"`([^`]+)`", joined):
         out.append((joined.count("\n", 0, m.start()) + 1, m.group(1).replace("\n", " "), False))
+    return out
+
+
+def anchors(path):
+    """GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens."""
+    out = set()
+    in_block = False
+    for line in open(path):
+        if line.strip().startswith("```"):
+            in_block = not in_block
+        elif not in_block and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return out
 
 
@@ -181,10 +196,15 @@ def main(argv):
             # counts when a file starts with it.
             if "*" not in path and not glob.glob(os.path.join(ROOT, glob.escape(path) + "*")):
                 missing.append(f"{doc}: {path}")
-        for target in re.findall(r"\]\(([^)#\s]+)", text):
-            if not re.match(r"[a-z]+:", target) and not os.path.exists(
-                    os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target))):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), target)
+                                    if target else os.path.join(ROOT, doc))
+            if not os.path.exists(path):
                 bad_links.append(f"{doc}: ({target})")
+            elif anchor and (not path.endswith(".md") or anchor not in anchors(path)):
+                bad_links.append(f"{doc}: ({target}#{anchor}): no such heading")
         for n, line, in_block in commands(text):
             toks = tokens(line)
             if toks[:1] == ["make"]:
@@ -227,7 +247,7 @@ def main(argv):
            "is executable in git with a #! line")
     report(bad_options, "every option the docs show is in its program's --help (or source)")
     report(bad_make, "every make target the docs show is in the Makefile")
-    report(bad_links, "every relative link of the docs points at a file")
+    report(bad_links, "every relative link of the docs points at a file (and a heading)")
     print(f"test_docs: {'all passed' if not failures else f'{len(failures)} failed'} "
           f"({len(doc_files())} files)")
     return 1 if failures else 0
