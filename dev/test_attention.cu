@@ -49,7 +49,7 @@ constexpr Tolerance kTf32Tolerance = {"tf32", 1e-2f, 2e-3f, 1e-2f};
 // unfused bf16 pipeline, which stores S, P, dP and dS in bf16 between the float-accumulated
 // GEMMs (each store rounds by up to kBf16RoundingRel / 2): its emulation reaches 1.1e-2 of the
 // max for the gradients, 6.9e-3 for out and 2.4e-3 for lse; the bounds leave ~3x. Flash rounds
-// only P and dS (and keeps S in fp32), so it errs less: on an H100 (2026-11-23) 3.1e-3 of the
+// only P and dS (and keeps S in fp32), so it errs less: on an H100 3.1e-3 of the
 // max for the gradients, 3.9e-3 for out (one bf16 ulp) and 2e-7 for lse.
 constexpr Tolerance kBf16Tolerance = {"bf16", 8 * kBf16RoundingRel, 2 * kBf16RoundingRel,
                                       8 * kBf16RoundingRel};

@@ -26,6 +26,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "train_gpt2.py")
 ARGS = sys.argv[1:]
+if ARGS[:1] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 DEVICE = "cpu"
 if "--device" in ARGS:
     i = ARGS.index("--device")

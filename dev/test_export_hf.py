@@ -12,7 +12,11 @@ biases and LayerNorm weights), written by scripts/train_gpt2.py --write-model as
      are compared: max abs diff printed; the bound is 1e-6 (both sides hold the same fp32
      weights bit for bit -- the two transposes are exact -- and run the same module on the
      same device, so any difference at all means a weight moved);
-  4. a truncated model file and a wrong magic get one line on stderr naming the file, exit 1.
+  4. a truncated model file and a wrong magic get one line on stderr naming the file, exit 1;
+  5. the export is atomic: a failed export (a bad model file, or a write that fails halfway,
+     injected by replacing write_safetensors in-process) leaves an earlier export in OUT byte
+     for byte and no temporary folder beside it; a good export replaces it whole; a folder
+     holding other files is refused and left alone.
 Usage: test_export_hf.py [WORK_DIR] (default build/testdata/export_hf). Exit 0 when all pass.
 """
 import json
@@ -21,11 +25,16 @@ import struct
 import subprocess
 import sys
 
-import numpy as np
-
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import check_hf_logits  # noqa: E402 (after the path)
+from pydeps import require  # noqa: E402 (after the path)
+
+np = require("numpy")
+require("torch")
+import check_hf_logits  # noqa: E402
 import train_gpt2  # noqa: E402
 
 L, NH, C, V, MAXT = 2, 4, 128, 1000, 96
@@ -147,6 +156,72 @@ def check_errors(work):
               f"{name}: exit {r.returncode}, one line naming the file: {r.stderr.strip()}")
 
 
+def folder_bytes(folder):
+    return {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)}
+
+
+def leftovers(work, out):
+    """Temporary folders of export_hf.py beside out (hidden, named after it)."""
+    return [n for n in os.listdir(work) if n.startswith(f".{os.path.basename(out)}.")]
+
+
+def check_atomic(work):
+    import errno
+    import shutil
+    export_hf = check_hf_logits.export_hf
+    fp32, bf16 = (os.path.join(work, f"model_{d}.bin") for d in ("float32", "bfloat16"))
+    out = os.path.join(work, "hf_atomic")
+    shutil.rmtree(out, ignore_errors=True)
+    r = run_export(fp32, out)
+    before = folder_bytes(out)
+    check(r.returncode == 0 and sorted(before) == ["config.json", "model.safetensors"],
+          f"atomic: a first export writes {sorted(before)}")
+
+    r = run_export(os.path.join(work, "truncated.bin"), out)
+    check(r.returncode == 1 and folder_bytes(out) == before and not leftovers(work, out),
+          "atomic: a bad model file leaves the earlier export byte for byte, no temporary folder")
+
+    real = export_hf.write_safetensors
+
+    def fail_halfway(path, tensors, metadata):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    export_hf.write_safetensors = fail_halfway
+    try:
+        export_hf.export(bf16, out)
+        raised = None
+    except export_hf.ExportError as e:
+        raised = str(e)
+    finally:
+        export_hf.write_safetensors = real
+    check(raised is not None and "No space left" in raised and folder_bytes(out) == before
+          and not leftovers(work, out),
+          f"atomic: a write failing halfway raises ({raised}) and leaves the earlier export "
+          "byte for byte, no temporary folder")
+
+    r = run_export(bf16, out)
+    check(r.returncode == 0 and folder_bytes(out) == folder_bytes(os.path.join(work, "hf_bfloat16"))
+          and folder_bytes(out) != before and not leftovers(work, out),
+          "atomic: a good export replaces the earlier one whole (= a fresh export of the same "
+          "file), no temporary folder")
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = os.stat(out).st_mode & 0o777
+    check(mode == 0o777 & ~umask, f"atomic: the export folder's mode is {oct(mode)}, what "
+          f"mkdir gives under umask {oct(umask)} (not mkdtemp's 0700)")
+
+    mixed = os.path.join(work, "hf_mixed")
+    shutil.rmtree(mixed, ignore_errors=True)
+    os.makedirs(mixed)
+    open(os.path.join(mixed, "notes.txt"), "w").write("mine\n")
+    r = run_export(fp32, mixed)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 1 and len(lines) == 1 and "notes.txt" in lines[0]
+          and folder_bytes(mixed) == {"notes.txt": b"mine\n"} and not leftovers(work, mixed),
+          f"atomic: a folder holding other files is refused and left alone: {r.stderr.strip()}")
+
+
 def main():
     work = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "testdata",
                                                                  "export_hf")
@@ -154,6 +229,7 @@ def main():
     for dtype in ("float32", "bfloat16"):
         check_one(work, dtype)
     check_errors(work)
+    check_atomic(work)
     print(f"test_export_hf: {'all passed' if not failures else f'{len(failures)} failed'}")
     return 1 if failures else 0
 

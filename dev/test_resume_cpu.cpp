@@ -22,8 +22,8 @@
 // AdamW with decay on the 2-D weights only) computed in double. Unlike the device kernel it never
 // skips a non-finite step; the test checks that every loss and norm is finite instead. One
 // micro-batch per step (no gradient accumulation). Schedule: cosine with warmup (schedule.h).
-// Ends with "test_resume_cpu: N passed, M failed"; exits 1 on any failure. Runs in 2.3 s on one
-// core (taskset -c 0, 2026-11-23).
+// Ends with "test_resume_cpu: N passed, M failed"; exits 1 on any failure. Runs in about 2 s on one
+// core.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

@@ -20,10 +20,7 @@
 //
 // Elementwise, so deterministic. Grid-stride over packs of 4 elements (float4 loads of m, v,
 // master) when every array is 16-byte aligned, otherwise one element per thread; the last
-// total % 4 elements are done one by one.
-//
-// Last measured: H100 80GB HBM3, 2026-11-23, commit 376e4dc, dev/bench_ops (d12, P = 124.5M,
-// master weights): 1233.7 us, 2825 GB/s, 93.9% of the copy bandwidth.
+// total % 4 elements are done one by one. Measured bandwidth: docs/results.md.
 #include <cstdint>
 #include <type_traits>
 
@@ -206,8 +203,8 @@ __global__ void __launch_bounds__(kThreads)
     const size_t tid = (size_t)blockIdx.x * kThreads + threadIdx.x;
     const size_t packs = total / kVec;
     // The tensor of this thread's pack, advanced as the packs go up (one comparison per pack
-    // instead of weight_decay_of's scan of every tensor per element: ncu had the kernel at 45%
-    // of the SM's issue rate with that scan). A pack that ends in a later tensor takes the scan.
+    // instead of weight_decay_of's scan of every tensor per element, which made the kernel
+    // issue-bound). A pack that ends in a later tensor takes the scan.
     int k = 0;
     for (size_t p = tid; p < packs; p += stride) {
         const size_t i = p * kVec;

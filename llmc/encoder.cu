@@ -16,7 +16,6 @@
 // Preconditions: 0 <= inp < V (not checked here: the ids live on the device). 16-byte vector
 // loads when C is a multiple of 16 / sizeof(floatX) and the tensors are 16-byte aligned,
 // otherwise one element per thread.
-// Last measured: not yet measured on a GPU.
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 

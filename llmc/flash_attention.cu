@@ -21,25 +21,9 @@
 // keys >= T from every valid query row; query rows >= T are not stored and add nothing in
 // backward (dQ gives them lse = +inf, so P = 0; in dK/dV their q, dO, lse and D are 0, so
 // P dO = 0 and dS = 0).
-// (Tried and dropped, H100, 2026-11-23: single K and V buffers with V loading during Q K^T,
-// forward 9% slower; dK/dV and dQ blocks in one launch, backward 1% slower; a single-pass
-// backward whose dQ tiles are summed in fp32 in global memory in a fixed key-tile order
-// through per-tile semaphores (blocks take tickets, so never deadlock), deterministic and
-// correct but 2.6-3.9 ms against 1.76 (each tile waits for an L2 read-add-write and a fence);
-// forward skipping O *= alpha when the warp's maxima did not move, 5% slower.)
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
-// Last measured (dev/bench_attention, H100 80GB HBM3, 2026-11-23, B=64 NH=12, causal FLOPs:
-// forward 2*B*NH*T*T*HS, backward 2.5x; % of the 800 TFLOP/s bf16 dense ceiling; the previous
-// kernels in the same run in brackets):
-//   HS=64  T=256 : forward 0.064 ms (0.065); backward 0.182 ms, 88 TFLOP/s (0.244)
-//   HS=64  T=1024: forward 0.494 ms, 209 TFLOP/s (26%) (0.503); backward 1.542 ms, 167 TFLOP/s
-//                  (21%) (1.924)
-//   HS=64  T=2048: forward 1.703 ms, 242 TFLOP/s (30%) (1.718); backward 5.560 ms, 185 TFLOP/s
-//                  (23%) (6.573)
-//   HS=128 T=1024: forward 0.983 ms, 210 TFLOP/s (26%) (0.992); backward 3.236 ms, 159 TFLOP/s
-//                  (20%) (3.831)
-// PyTorch 2.11 (scripts/bench_attention.py, an earlier run), HS=64 T=1024: flash backend
-// 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
+// FLOPs (causal): forward 2*B*NH*T*T*HS, backward 2.5x that. Measured speed: docs/results.md;
+// designs tried and dropped: docs/perf-log.md.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -348,13 +332,9 @@ __device__ __forceinline__ void sum_staged_columns(float* const (&dst)[NA], cons
 // a head's longest tile first. Blocks are dispatched in order of their linear index, x varying
 // fastest. With the tile in x, a head's tiles run side by side and share its K and V (or Q and
 // dO) in L2; with the head in x (`across`), every head's longest tile starts before any head's
-// shorter ones, and the shortest fill the last wave. A grid of a few waves wants the second, a
-// long grid the first (H100, HS=64 T=1024): at B=4 `across` made the forward 0.051 -> 0.039 ms,
-// the backward 0.140 -> 0.105 ms, the training step 9.89-9.93 -> 9.35-9.39 ms (6fcc50c against
-// 71af3e6); at B=64 it made the backward 1.478 -> 1.765 ms (4448067, every grid `across`: the L2
-// reuse lost). So `across` is used up to kAcrossWaves waves. At B=64 (tile in x, as before) the
-// 6fcc50c kernels measured 0.495 / 1.510 ms against 0.482 / 1.481 before, and the step 118.1-118.8
-// against 118.8-119.0 ms: no loss seen in the step.
+// shorter ones, and the shortest fill the last wave. A grid of a few waves wants the second (no
+// head's longest tile is left for the end), a long grid the first (the L2 reuse of K and V), so
+// `across` is used up to kAcrossWaves waves (figures: docs/perf-log.md).
 constexpr int kAcrossWaves = 2;
 struct BlockOrder {
     dim3 grid;
@@ -535,8 +515,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // The qkv bias gradient rides on the backward (dbias != null): each block writes the column sums
 // of its rows' dq (or dk and dv) into one row of float partials, from the float accumulators
 // before they are rounded to bf16, and qkv_bias_reduce_kernel adds the partial rows in order.
-// That replaces a separate column-sum pass over dqkv (B*T x 3C bf16, 116 us per layer at d12
-// B=64 on an H100). Every pass's block covers at least kBiasMinRows rows (asserted at launch),
+// That replaces a separate column-sum pass over dqkv (B*T x 3C bf16, read once more per layer).
+// Every pass's block covers at least kBiasMinRows rows (asserted at launch),
 // so B * ceil(T / kBiasMinRows) partial rows per part fit the scratch.
 constexpr int kBiasMinRows = 64;
 
@@ -892,20 +872,12 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // ---- Launch -----------------------------------------------------------------------------------
 
 // Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention --variants
-// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, is
-// the fastest measured at HS=64 (H100, 2026-11-23, B=64 NH=12 T=1024; the others stay for the
-// next tuning round). Fields: warps per block, m-tiles of 16 rows per warp (the rows whose
-// fragments are the A operands), inner tile rows, blocks per SM the register cap aims at, A
-// fragments kept in registers, cp.async stages. Above HS=64 the accumulators need the
-// registers: every variant is the one shape that does not spill there.
-// Measured and dropped (same run, HS=64 T=1024): 3 stages, backward 1.62-1.69 vs 1.54 ms and
-// forward 0.50-0.52 vs 0.49 ms; 8 warps x 64-row inner tiles in the backward, 1.62-1.72 ms;
-// 64-key dQ tiles or 64-query dK/dV tiles at 2 blocks/SM, 1.61-1.73 ms; 32 rows per warp at
-// 8 warps or 128-key tiles in the forward, 0.53-0.65 ms; 16-key or 16-query inner tiles at 3-4
-// blocks/SM, 1.72-1.92 ms. For small grids (H100, 2026-11-23, B=4 vs B=64, commit cd6d7ba): no
-// shape beat the defaults at B=4 (forward 0.053 ms, backward 0.145 ms per layer: 4 warps x 16 rows
-// at 3/SM 0.056-0.057, 8 warps with Q in registers 0.052; dQ or dK/dV with 2 warps at 4-6/SM
-// 0.160-0.161, 4 warps at 4/SM 0.146), and each was slower at B=64.
+// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, was
+// the fastest at HS=64 on an H100 (the shapes tried and dropped: docs/perf-log.md). Fields: warps
+// per block, m-tiles of 16 rows per warp (the rows whose fragments are the A operands), inner
+// tile rows, blocks per SM the register cap aims at, A fragments kept in registers, cp.async
+// stages. Above HS=64 the accumulators need the registers: every variant is the one shape that
+// does not spill there.
 struct Tiles {
     int warps, mt, inner, min_blocks;
     bool a_in_regs;

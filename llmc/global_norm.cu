@@ -10,7 +10,6 @@
 // Scratch (global_norm_scratch_bytes): G floats.
 // 16-byte vector loads when values is 16-byte aligned (n need not be a multiple of the vector
 // width: the last n % (16 / sizeof(floatX)) values are read one by one).
-// Last measured: not yet measured on a GPU.
 #include <cstdint>
 
 #include "device_utils.cuh"

@@ -171,8 +171,8 @@ GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B
     std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
               [](const auto& x, const auto& y) { return x.second > y.second; });
     plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
-    // Measured on an H100 (d36, --recompute 2): with 42 MiB to spare the autotuner's copy of
-    // dwte (123 MiB) failed; d24 ran with 780 MiB to spare. dwte's size plus 256 MiB covers both.
+    // Headroom for what is allocated after the plan: the autotuner's copy of dwte and cuBLASLt's
+    // working memory; dwte's size plus 256 MiB (the runs behind it: docs/perf-log.md).
     plan.reserve = (size_t)cfg.padded_vocab_size * cfg.channels * sizeof(floatX) + (256u << 20);
     return plan;
 }

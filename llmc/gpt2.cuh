@@ -14,11 +14,7 @@
 // backward recomputes gelu(fch) before the fcproj weight gradient), 2 also keeps no ln1 / ln2
 // (one shared buffer; the backward recomputes each from the stored residual it normalized). The
 // recomputation runs the forward's kernels on the forward's inputs, so gradients are bitwise
-// those of recompute 0.
-// Measured (H100 80GB, bf16, d12 B=64 T=1024, 2026-11-23; matmul.cu's bf16 bias-gradient type
-// patched locally, see the mem branch report): recompute 0/1/2 use 26063/21839/19633 MiB of
-// device memory at 197.3/200.6/204.1 ms per step. Largest B that trained at T=1024 in 80 GB:
-// d24 86 (recompute 0) / 127 (2), d36 43 / 59, d48 21 / 33.
+// those of recompute 0. Memory and step time of each mode: docs/results.md.
 //
 // One training step (gpt2_step) = copy the step's tokens and per-step values in, zero the
 // gradients and the loss, forward + backward for each of grad_accum micro-batches (gradients

@@ -26,9 +26,7 @@
 // values per lane (C <= 1024 in bf16): the same sums in the same order with fewer dependent trips
 // to memory (its comment has the floor and the reasoning); elsewhere the kernels above. Every
 // kernel and the reduction start with pdl_wait() (launch.cuh).
-// Last measured: H100 80GB HBM3, 2026-11-23, commit 376e4dc, dev/bench_ops (N = 65536, C = 768,
-// bf16): forward 74.4 us (90.2% of copy bandwidth), residual + forward 142.5 us (94.1%), backward
-// with the residual bias sums 190.1 us (70.5%).
+// Measured bandwidth: docs/results.md.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -602,8 +600,8 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
 // The backward's launch shape, a function of the device, (N, C) and the kernel only, so the
 // scratch size and the launch agree. The warp-per-row kernel keeps kSums * C floats of shared
 // memory per warp, which limits its warps per block; the register-held kernel keeps them once per
-// block and always runs kBackwardMaxWarps warps (taking the other kernel's smaller count cost it
-// 20% at C = 768: 5 warps per block, 10 per SM, once the third sum came in).
+// block and always runs kBackwardMaxWarps warps (the other kernel's smaller count, 5 warps per
+// block and 10 per SM at C = 768 with three sums, left it short of occupancy).
 struct BackwardShape {
     int warps;   // per block
     int blocks;  // G, partial rows in scratch

@@ -254,8 +254,8 @@ __global__ void bias_grad_accumulate_kernel(floatX* __restrict__ dbias,
     if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + to_float(partial[i]));
 }
 
-// Bias gradient without cuBLASLt's BGRADB (which runs as a separate reduction kernel at ~70% of
-// the copy bandwidth): dbias (OC) += column sums of dout (N, OC), deterministic. Stage 1: block
+// Bias gradient without cuBLASLt's BGRADB (which runs as a separate, slower reduction kernel;
+// docs/perf-log.md): dbias (OC) += column sums of dout (N, OC), deterministic. Stage 1: block
 // (strip, r) sums rows [r * rows, (r + 1) * rows) of a strip of 32 * kVecX columns; its warps take
 // every kBiasWarps-th row, each lane kVecX adjacent columns (16-byte loads), then the warps' sums
 // are added in warp order into partial row r. Stage 2 adds the kBiasRowBlocks partial rows in
@@ -370,8 +370,7 @@ void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
     d.B = dout, d.ldb = OC, d.stride_b = 0;
     d.D = dinp, d.ldd = IC, d.stride_d = 0;
     if (pre_gelu != nullptr) {
-        // DGELU_BGRAD (the fc bias gradient in the same call) was tried: 129.3 vs 119.1 ms per
-        // d12 B=64 step and 10.63 vs 9.90 ms at B=4 (H100, 2026-11-23, commit 5d76dc6).
+        // DGELU_BGRAD (the fc bias gradient in the same call) was slower: docs/perf-log.md.
         d.epilogue = CUBLASLT_EPILOGUE_DGELU;
         d.aux = const_cast<floatX*>(pre_gelu);  // read-only for DGELU
         d.ldaux = IC;

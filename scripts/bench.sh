@@ -39,6 +39,7 @@ backends=""
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+[ "${1:-}" = --help ] && { usage; exit 0; }
 while getopts "s:d:o:a:g:kh" opt; do
     case $opt in
         s) steps=$OPTARG ;;
@@ -194,7 +195,7 @@ for c in "${configs[@]}"; do
 done
 
 # .carry/commit.txt first: on a machine that receives a copy of the working tree, git's HEAD
-# can be older than the files (seen on the device machines: a c4a5a1b tree reported f2640b8).
+# can be older than the files (seen on the device machines: a tree reported an older commit).
 commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 BENCH_GPUS=$gpus "$PY" - "$outdir" "$commit" "${tags[@]}" <<'EOF'
 import datetime, json, os, sys

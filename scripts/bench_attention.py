@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's causal scaled_dot_product_attention (bf16) on the shapes of dev/bench_attention.cu.
 
-    python3 scripts/bench_attention.py [--iters N]
+    scripts/bench_attention.py [--iters N]
 
 Backends FLASH_ATTENTION and CUDNN_ATTENTION (torch.nn.attention.sdpa_kernel), forward and
 backward timed separately with CUDA events, median / min / p90 after 5 warm-up runs, the same
@@ -10,10 +10,14 @@ TFLOP/s). q, k, v are strided views of one (B, T, 3, NH, HS) tensor, the layout 
 inputs are seeded random values, two sets used in turn.
 """
 import argparse
+import os
+import sys
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydeps import optional, require  # noqa: E402 (after the path)
+
+# Set by main() once torch is known to be there (so --help runs without it).
+torch = F = SDPBackend = sdpa_kernel = None
 
 CEILING_TFLOPS = 800.0
 WARMUP = 5
@@ -71,6 +75,14 @@ def main():
     args = parser.parse_args()
     if args.iters < 20:
         parser.error("--iters must be at least 20")
+    global torch, F, SDPBackend, sdpa_kernel
+    torch = require("torch")
+    F = torch.nn.functional
+    attention = optional("torch.nn.attention")
+    if attention is None:
+        sys.exit(f"error: scripts/bench_attention.py needs torch 2.x (torch.nn.attention), and "
+                 f"{sys.executable} has torch {torch.__version__}: `pip install 'torch>=2'`")
+    SDPBackend, sdpa_kernel = attention.SDPBackend, attention.sdpa_kernel
     if not torch.cuda.is_available():
         print("SKIP no CUDA device visible to PyTorch")
         return

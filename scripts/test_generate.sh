@@ -47,7 +47,7 @@ EOF
 TOK=()
 [ -f build/tokenizer/encoder.json ] && TOK=(--tokenizer build/tokenizer)
 # --autotune 0: autotuning times kernels in each process and may pick others, which need not
-# round alike (README, Checkpoints and resume); the comparison needs the same kernels.
+# round alike (docs/training.md, Checkpoints and resume); the comparison needs the same kernels.
 COMMON=(-i "$WORK/data/cyc_train_*.bin" -e "$WORK/init.bin" -b 4 -t 128 -l 3e-3 --autotune 0
         "${TOK[@]}")
 

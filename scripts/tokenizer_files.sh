@@ -6,6 +6,10 @@
 #   3. OpenAI's download (openaipublic.blob.core.windows.net/gpt-2/encodings/main/), if reachable.
 # Prints DIR on success; otherwise one sentence on stderr and exit 1.
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+    exit 0
+fi
 if [ $# -ne 1 ]; then
     echo "usage: scripts/tokenizer_files.sh DIR" >&2
     exit 2

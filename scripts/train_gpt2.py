@@ -33,14 +33,10 @@ import struct
 import sys
 import time
 
-try:
-    import numpy as np
-except ImportError:
-    print(f"error: {sys.executable} cannot import numpy; use a Python that has numpy (and torch "
-          "for the model modes), e.g. the one scripts/find_python.sh prints", file=sys.stderr)
-    sys.exit(2)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pydeps import optional, require  # noqa: E402 (after the path)
+
+np = optional("numpy")  # main() requires it after parsing, so --help runs without it
 from make_shards import (HEADER_INTS, UsageError, fail, header,  # noqa: E402 (after the path)
                          random_shards, read_shard_count, tokenize_file, write_tokenizer)
 
@@ -129,8 +125,10 @@ class Dist:
               f"{'GPU' if device.type == 'cuda' else 'CPU process'}; B is per rank")
 
     def stop(self):
+        if not self.on:  # a single process may not have torch at all
+            return
         import torch.distributed as td
-        if self.on and td.is_initialized():
+        if td.is_initialized():
             td.destroy_process_group()
 
     def sum(self, t):
@@ -381,7 +379,7 @@ def read_model_file(path, model_classes, device):
 
 def greedy_decode(args):
     """--greedy-from MODEL --prompt-ids IDS: fp32 argmax continuation, printed as 'ids: ...'."""
-    import torch
+    torch = require("torch", "for --greedy-from")
     try:
         ids = [int(x) for x in args.prompt_ids.split(",")]
     except ValueError:
@@ -792,6 +790,7 @@ def check_batch(args, cfg, training, world=1):
 
 def main(argv):
     parser, args = parse_args(argv)
+    require("numpy")
     dist = Dist(os.environ)
     if dist.on:
         if args.greedy_from or args.tokenize or args.write_tokenizer or args.random_shards or \
@@ -836,10 +835,7 @@ def run_modes(parser, args, dist):
         fail(f"--steps must be >= 0, got {args.steps}")
     if args.write_state:  # cuBLAS needs this before its first call to be deterministic
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    try:
-        import torch
-    except ImportError:
-        fail(f"this mode needs PyTorch, which {sys.executable} cannot import")
+    torch = require("torch", "every mode but the shard and tokenizer writers")
     dev_name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", dev_name):
         fail(f"--device must be cpu, cuda or cuda:N, got '{dev_name}'")
