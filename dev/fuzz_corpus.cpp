@@ -17,8 +17,11 @@ void parse(const std::vector<std::string>& paths) {
         std::FILE* f = std::fopen(p.c_str(), "rb");
         if (f == nullptr) continue;  // a part the input did not have; the reader needs files
         std::fclose(f);
-        files.push_back({p, p.size() > 6 && p.compare(p.size() - 6, 6, ".jsonl") == 0,
-                         (uint64_t)llmc::fuzz::read_file(p).size()});
+        prep::InputFile in;
+        in.path = p;
+        in.jsonl = p.size() > 6 && p.compare(p.size() - 6, 6, ".jsonl") == 0;
+        in.bytes = (uint64_t)llmc::fuzz::read_file(p).size();
+        files.push_back(in);
     }
     prep::CorpusReader reader(files, kDocSep);
     prep::Document doc;
