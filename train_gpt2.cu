@@ -488,6 +488,13 @@ int main(int argc, char** argv) {
                      tc.T, cfg.max_seq_len);
         return 2;
     }
+    {  // A shape this build's kernels cannot take gets one sentence now, never a fault mid-run.
+        std::string why;
+        if (!gpt2_shape_supported(cfg, tc.B, tc.T, &why)) {
+            std::fprintf(stderr, "error: %s\n", why.c_str());
+            return 2;
+        }
+    }
     if (tc.world_size > 1 && tc.zero == 1) {  // C % N, before the GPU is touched
         ShardMap shard;
         std::string why;
