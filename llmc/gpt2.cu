@@ -191,9 +191,20 @@ GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B
     std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
               [](const auto& x, const auto& y) { return x.second > y.second; });
     plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
-    // Measured on an H100 (d36, --recompute 2): with 42 MiB to spare the autotuner's copy of
-    // dwte (123 MiB) failed; d24 ran with 780 MiB to spare. dwte's size plus 256 MiB covers both.
-    plan.reserve = (size_t)cfg.padded_vocab_size * cfg.channels * sizeof(floatX) + (256u << 20);
+    // The autotuner's buffers (matmul.cu): a random input as large as the largest GEMM input,
+    // and two copies of D for accumulating GEMMs. The largest are the classifier's backward
+    // (dlogits, rows x Vp, with two copies of dwte) and the MLP weight gradients (an (N, 4C)
+    // input, two copies of a 4C x C gradient); in fp32 also a T x T score area of attention.
+    // Without that memory the tuner leaves a plan untuned (same bits, maybe slower). 256 MiB
+    // more for cuBLASLt and the graph: measured on an H100 (d36, --recompute 2), with 42 MiB to
+    // spare the autotuner's copy of dwte (123 MiB) failed; d24 ran with 780 MiB to spare.
+    const size_t Vp = cfg.padded_vocab_size, C = cfg.channels, N = (size_t)B * T;
+    const size_t rows = classifier_chunk_rows(opts, B, T);
+    size_t tune = std::max(rows * Vp + 2 * Vp * C, 4 * N * C + 8 * C * C) * sizeof(floatX);
+    if (sizeof(floatX) == 4) {  // the cuBLAS attention: one of its two score areas
+        tune = std::max(tune, attention_scratch_bytes(B, T, (int)C, cfg.num_heads) / 2);
+    }
+    plan.reserve = tune + (256u << 20);
     return plan;
 }
 

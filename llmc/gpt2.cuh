@@ -106,8 +106,9 @@ struct GPT2Activations {
 // Device memory of a model, by part, in bytes (gpt2_memory_plan).
 struct GPT2MemoryPlan {
     size_t params = 0, grads = 0, optimizer = 0, activations = 0, other = 0;
-    // Allocated while running, outside the model's buffers: cuBLASLt autotuning's temporary copy
-    // of an accumulated GEMM output (at most dwte) and what cuBLASLt and the CUDA graph take.
+    // Allocated while running, outside the model's buffers: the cuBLASLt autotuner's random
+    // operands (at most the classifier's rows x Vp dlogits and two copies of dwte) and what
+    // cuBLASLt and the CUDA graph take.
     size_t reserve = 0;
     // Activation buffers grouped by name, largest first.
     std::vector<std::pair<std::string, size_t>> activation_parts;
