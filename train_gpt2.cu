@@ -201,7 +201,8 @@ void write_json_summary(const std::string& path, const TrainConfig& tc, const Co
                  tc.B, tc.T, tc.steps, kPrecisionName, tc.tf32);
     std::fprintf(f, "\"graph\": %d, \"device_name\": \"%s\", \"losses\": [", tc.graph,
                  ctx.props.name);
-    for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.6f", i ? ", " : "", losses[i]);
+    // 9 significant digits: a float survives the round trip, so two runs compare bit for bit.
+    for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.9g", i ? ", " : "", losses[i]);
     std::fprintf(f, "]}\n");
     std::fclose(f);
 }
