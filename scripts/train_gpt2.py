@@ -6,15 +6,20 @@ attention, LM head tied to wte) and writes every file the C++ side reads (format
 llmc/model_file.h and llmc/dataloader.h):
 
   model file      --write-model PATH [--model-dtype float32|bfloat16]
-  debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients, then our
-                  trailer with the losses of --dump-steps AdamW steps on that batch and the
-                  error of the same run under bf16 autocast, for the bf16 test's thresholds)
+  debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients of a float64
+                  reference run, then our trailer with the losses of --dump-steps AdamW steps
+                  on that batch and the errors of the same run under bf16 autocast and with
+                  TF32 products, for the test's thresholds)
   tokenizer file  --write-tokenizer PATH --encoder-dir DIR
   token shards    --tokenize FILE --encoder-dir DIR --out-dir DIR   (GPT-2 byte-level BPE)
                   --random-shards DIR --num-tokens N                (random ids, for tests)
   training        -i GLOB [-j GLOB] ...  (one line per step, a summary, --json-summary PATH);
                   under torchrun data parallel (DDP), -b per rank, rank r reading rows
-                  [r*B, (r+1)*B) of the global batch a one-process run with -b world*B reads
+                  [r*B, (r+1)*B) of the global batch a one-process run with -b world*B reads.
+                  The benchmark's settings (--compile [--compile-mode], --fused-adamw, --dtype
+                  bfloat16, --sdpa-backend) make it a standard nanoGPT-style PyTorch: on a GPU the
+                  head runs on wte padded to Vp rows and the loss takes the autocast logits as
+                  they are (no fp32 copy of B*T*V logits), which torch.compile fuses
 
 The shard and tokenizer code is in make_shards.py next to this file (no torch needed there).
 Works on torch 1.13 (CPU) and torch 2.x (CUDA); newer features (torch.compile,
