@@ -7,19 +7,22 @@
 #   scripts/test_shapes.sh [-s SEED] [-n CONFIGS] [-j JOBS] [-o OUTDIR] [-k]
 #
 #   -s SEED     seed of the draw and of each dump (default 13)
-#   -n CONFIGS  configs in all (default 12, at least 3): three fixed ones, the rest drawn
+#   -n CONFIGS  configs in all (default 12, at least 4): four fixed ones, the rest drawn
 #               from L 1-4, NH 1-8, head size 64 (C = 64 NH), V in {50257, 997}, B 1-5, maxT
 #               1024, T in 1..1024 (a third each: T < 64, a prime, any), so that odd and prime
 #               T, B*NH*T odd and C not a multiple of 128 come up. The fixed ones: the outside
-#               reviewer's L=4 NH=5 (C=320) V=50257 B=3 T=333, the smallest (L=1 NH=1 B=1 T=1)
-#               and T = maxT = 1024 with NH=8 B=2.
+#               reviewer's two, L=4 NH=5 (C=320) V=50257 B=3 T=333 and L=3 NH=6 (C=384) V=50257
+#               B=5 T=200 (TF32's step losses), the smallest (L=1 NH=1 B=1 T=1) and
+#               T = maxT = 1024 with NH=8 B=2.
 #   -j JOBS     test runs at once on the one GPU (default 4; the runs are small)
 #   -o OUTDIR   dumps, logs and the table (default $OUT/test_shapes or build/test_shapes)
 #   -k          keep the dumps (up to ~1 GB each with V=50257) instead of deleting them at the end
 #
 # Per config: test_gpt2cu of build/bf16 with graphs on and off, and of build/fp32 with --tf32 1
 # and 0, graphs on and off (six runs; each also reruns its AdamW steps in fresh contexts,
-# autotuned and not, and checks the bits are the same). Then train_gpt2cu (both precisions) for
+# autotuned and not, and checks the bits are the same). The second reviewer config is also
+# dumped without a TF32 baseline (--tf32-baseline none), so that --tf32 1 takes the bound derived
+# from the autocast baseline, as for a version 2 dump. Then train_gpt2cu (both precisions) for
 # 3 steps on random tokens at the reviewer's shape and the first two drawn ones, twice each, the
 # losses compared bit for bit, and the reviewer's `train_gpt2cu -e d48 -b 1 -t 333` (bf16) once.
 # Prints one table: config, run, PASS/FAIL and the worst error / bound ratio per quantity
@@ -47,7 +50,7 @@ done
 for v in "$seed" "$count" "$jobs"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -s, -n and -j take numbers, got '$v'" >&2; exit 2; }
 done
-[ "$count" -ge 3 ] && [ "$jobs" -ge 1 ] || { echo "error: -n must be >= 3 and -j >= 1" >&2; exit 2; }
+[ "$count" -ge 4 ] && [ "$jobs" -ge 1 ] || { echo "error: -n must be >= 4 and -j >= 1" >&2; exit 2; }
 nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no NVIDIA GPU visible (nvidia-smi lists none)"; exit 0; }
 PY=$(bash scripts/find_python.sh) || { echo "FAIL: no python with torch and numpy (scripts/find_python.sh)"; exit 1; }
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
@@ -73,11 +76,12 @@ import random, sys
 seed, count = int(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(seed)
 primes = [p for p in range(2, 1025) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
-rows = [("reviewer", 4, 5, 50257, 3, 333), ("smallest", 1, 1, 997, 1, 1), ("t_max", 2, 8, 50257, 2, 1024)]
+rows = [("reviewer", 4, 5, 50257, 3, 333), ("reviewer_tf32", 3, 6, 50257, 5, 200),
+        ("smallest", 1, 1, 997, 1, 1), ("t_max", 2, 8, 50257, 2, 1024)]
 while len(rows) < count:
     kind = len(rows) % 3
     T = rng.randint(1, 63) if kind == 0 else rng.choice(primes) if kind == 1 else rng.randint(1, 1024)
-    rows.append((f"draw{len(rows) - 2}", rng.randint(1, 4), rng.randint(1, 8), rng.choice([50257, 997]),
+    rows.append((f"draw{len(rows) - 3}", rng.randint(1, 4), rng.randint(1, 8), rng.choice([50257, 997]),
                  rng.randint(1, 5), T))
 for name, L, NH, V, B, T in rows:
     print(name, L, NH, 64 * NH, V, B, T, 1024)
@@ -113,6 +117,13 @@ while read -r name L NH C V B T maxT; do
         echo 1 >"$d/dump.rc"
         echo "  c$(printf %02d $i) dump FAILED (see $d/dump.log)"
         continue
+    fi
+    if [ "$name" = reviewer_tf32 ] && "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" \
+        --n-embd "$C" --vocab-size "$V" --block-size "$maxT" -b "$B" -t "$T" --random-biases \
+        --seed "$((seed + i))" -l 1e-3 -c 0.1 --device cuda --tf32-baseline none \
+        --write-state "$d/state_derived.bin" >"$d/dump_derived.log" 2>&1; then
+        run_job "$d" "test_fp32_tf32-1_graph1_derived" build/fp32/test_gpt2cu --model "$d/model.bin" \
+            --state "$d/state_derived.bin" --tf32 1 --graph 1
     fi
     for r in "${RUNS[@]}"; do
         IFS=: read -r p tf32 graph <<<"$r"
@@ -241,6 +252,6 @@ print(f"test_shapes: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 EOF
 st=${PIPESTATUS[0]}
-[ "$keep" = 1 ] || rm -f "$out"/c*/state.bin
+[ "$keep" = 1 ] || rm -f "$out"/c*/state*.bin
 echo "test_shapes: $((SECONDS - T0)) s in all; table in $out/results.txt"
 exit "$st"
