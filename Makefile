@@ -77,8 +77,11 @@ $(BUILD)/train_gpt2cu: $(BUILD)/train_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 train_gpt2cu: $(BUILD)/train_gpt2cu FORCE
 	@cmp -s $< $@ || cp $< $@
-test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+# test_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_shapes.sh runs both).
+$(BUILD)/test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
+test_gpt2cu: $(BUILD)/test_gpt2cu FORCE
+	@cmp -s $< $@ || cp $< $@
 profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
 # generate_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_generate.sh runs

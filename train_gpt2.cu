@@ -180,7 +180,8 @@ void write_json_summary(const std::string& path, const TrainConfig& tc, const Co
                  tc.B, tc.T, tc.steps, kPrecisionName, tc.tf32);
     std::fprintf(f, "\"graph\": %d, \"device_name\": \"%s\", \"losses\": [", tc.graph,
                  ctx.props.name);
-    for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.6f", i ? ", " : "", losses[i]);
+    // 9 significant digits: a float survives the round trip, so two runs compare bit for bit.
+    for (size_t i = 0; i < losses.size(); i++) std::fprintf(f, "%s%.9g", i ? ", " : "", losses[i]);
     std::fprintf(f, "]}\n");
     std::fclose(f);
 }
@@ -478,6 +479,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "error: -t %d is longer than the model's maximum sequence length %d\n",
                      tc.T, cfg.max_seq_len);
         return 2;
+    }
+    {  // A shape this build's kernels cannot take gets one sentence now, never a fault mid-run.
+        std::string why;
+        if (!gpt2_shape_supported(cfg, tc.B, tc.T, &why)) {
+            std::fprintf(stderr, "error: %s\n", why.c_str());
+            return 2;
+        }
     }
     if (tc.world_size > 1 && tc.zero == 1) {  // C % N, before the GPU is touched
         ShardMap shard;

@@ -30,6 +30,9 @@ void parse(const std::vector<std::string>& paths) {
     LLMC_FUZZ_ASSERT(st.logits.size() == BT * cfg.vocab_size);
     LLMC_FUZZ_ASSERT(st.grads.size() == llmc::param_layout(cfg).total);
     LLMC_FUZZ_ASSERT(st.n_steps >= 0 && st.step_losses.size() == (size_t)st.n_steps);
+    LLMC_FUZZ_ASSERT(st.reference_bits == 32 || st.reference_bits == 64);
+    LLMC_FUZZ_ASSERT(st.has_tf32_baseline == (st.tf32_source != 0) &&
+                     (!st.has_tf32_baseline || st.trailer_version == 3));
     for (size_t i = 0; i < BT; ++i) {
         LLMC_FUZZ_ASSERT(st.x[i] >= 0 && st.x[i] < cfg.vocab_size);
         LLMC_FUZZ_ASSERT(st.y[i] >= 0 && st.y[i] < cfg.vocab_size);
@@ -64,6 +67,15 @@ void write_seeds(const std::string& dir) {
     for (float hp : {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}) append(&trailed, hp);
     for (float loss : {2.4f, 2.3f, 2.1f}) append(&trailed, loss);
     llmc::fuzz::write_seed(dir, "state_trailer", {trailed});
+    // Version 3: the autocast baselines, the reference's width (64), the TF32 source (2,
+    // emulated) and the TF32 baselines.
+    std::string v3 = trailed;
+    append(&v3, 3);
+    for (int i = 0; i < llmc::kNumBaselines; ++i) append(&v3, 1e-2f + 1e-4f * i);
+    append(&v3, 64);
+    append(&v3, 2);
+    for (int i = 0; i < llmc::kNumBaselines; ++i) append(&v3, 1e-3f + 1e-5f * i);
+    llmc::fuzz::write_seed(dir, "state_trailer_v3", {v3});
 }
 
 }  // namespace

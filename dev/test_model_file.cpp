@@ -252,7 +252,8 @@ void test_model_refusals(const std::string& dir) {
 }
 
 // Bytes of a debug state for cfg with B, T; random tokens and values; n_steps < 0 means no
-// trailer; trailer_version 1 (no baselines) or 2 (with PyTorch's autocast baselines).
+// trailer; trailer_version 1 (no baselines), 2 (with PyTorch's autocast baselines) or 3 (also
+// the reference's width, 64, and TF32 baselines measured on a GPU, source 1).
 std::vector<char> make_debug_state(const llmc::GPT2Config& cfg, int B, int T, int n_steps,
                                    std::mt19937* rng, llmc::DebugState* expect,
                                    int trailer_version = 1) {
@@ -299,6 +300,18 @@ std::vector<char> make_debug_state(const llmc::GPT2Config& cfg, int B, int T, in
     expect->base_step_losses = base[2 + llmc::kNumParamTensors];
     append(&bytes, &trailer_version, 1);
     append(&bytes, base, llmc::kNumBaselines);
+    if (trailer_version < 3) return bytes;
+    const int kinds[2] = {64, 1};
+    for (float& b : base) b = std::fabs(normal(*rng)) * 1e-3f;
+    expect->reference_bits = kinds[0];
+    expect->tf32_source = kinds[1];
+    expect->has_tf32_baseline = true;
+    expect->tf32_logits = base[0];
+    expect->tf32_loss = base[1];
+    for (int i = 0; i < llmc::kNumParamTensors; i++) expect->tf32_grads[i] = base[2 + i];
+    expect->tf32_step_losses = base[2 + llmc::kNumParamTensors];
+    append(&bytes, kinds, 2);
+    append(&bytes, base, llmc::kNumBaselines);
     return bytes;
 }
 
@@ -310,7 +323,11 @@ bool same_state(const llmc::DebugState& a, const llmc::DebugState& b) {
            a.step_losses == b.step_losses && a.trailer_version == b.trailer_version &&
            a.has_baseline == b.has_baseline && a.base_logits == b.base_logits &&
            a.base_loss == b.base_loss && a.base_step_losses == b.base_step_losses &&
-           std::equal(a.base_grads, a.base_grads + llmc::kNumParamTensors, b.base_grads);
+           std::equal(a.base_grads, a.base_grads + llmc::kNumParamTensors, b.base_grads) &&
+           a.reference_bits == b.reference_bits && a.tf32_source == b.tf32_source &&
+           a.has_tf32_baseline == b.has_tf32_baseline && a.tf32_logits == b.tf32_logits &&
+           a.tf32_loss == b.tf32_loss && a.tf32_step_losses == b.tf32_step_losses &&
+           std::equal(a.tf32_grads, a.tf32_grads + llmc::kNumParamTensors, b.tf32_grads);
 }
 
 void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::mt19937* rng) {
@@ -325,8 +342,16 @@ void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::
     const std::vector<char> with_baseline = make_debug_state(cfg, 3, 5, 10, rng, &expect2, 2);
     write_bytes(path, with_baseline);
     llmc::read_debug_state(path, cfg, &got);
-    check(same_state(got, expect2) && got.has_baseline && got.trailer_version == 2,
+    check(same_state(got, expect2) && got.has_baseline && got.trailer_version == 2 &&
+              !got.has_tf32_baseline && got.reference_bits == 32,
           "debug state with a version 2 trailer (10 steps, 19 baselines) reads back exactly");
+    llmc::DebugState expect3;
+    const std::vector<char> with_tf32 = make_debug_state(cfg, 3, 5, 10, rng, &expect3, 3);
+    write_bytes(path, with_tf32);
+    llmc::read_debug_state(path, cfg, &got);
+    check(same_state(got, expect3) && got.trailer_version == 3 && got.has_tf32_baseline &&
+              got.reference_bits == 64 && got.tf32_source == 1,
+          "debug state with a version 3 trailer (width 64, TF32 baselines) reads back exactly");
 
     write_bytes(path, make_debug_state(cfg, 1, cfg.max_seq_len, -1, rng, &expect));
     got.n_steps = 99;
@@ -370,6 +395,16 @@ void test_debug_state(const std::string& dir, const llmc::GPT2Config& cfg, std::
     std::memcpy(f.data() + v2_at, "\x07\0\0\0", 4);
     refuse("a debug state with trailer version 7", f,
            {"trailer version 7", "scripts/train_gpt2.py --write-state"});
+    const size_t v3_at = with_tf32.size() - 4 * (2 + llmc::kNumBaselines);
+    f.assign(with_tf32.begin(), with_tf32.end() - 4);
+    refuse("a debug state with a truncated version 3 trailer", f,
+           {"version 3 trailer", "n_steps = 10", "truncated"});
+    f = with_tf32;
+    std::memcpy(f.data() + v3_at, "\x30\0\0\0", 4);
+    refuse("a version 3 trailer with a reference width of 48", f, {"reference width 48"});
+    f = with_tf32;
+    std::memcpy(f.data() + v3_at + 4, "\x03\0\0\0", 4);
+    refuse("a version 3 trailer with TF32 source 3", f, {"TF32 source 3"});
     f = with_trailer;
     set_int(&f, 256 + 5, cfg.vocab_size);
     refuse("a debug state with a token id outside the vocab", f, {"x[5] = 101"});

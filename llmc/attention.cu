@@ -272,6 +272,14 @@ size_t attention_scratch_bytes(int B, int T, int C, int NH) {
     return flash_attention_scratch_bytes(B, T, NH, C / NH);
 }
 
+bool attention_supports_head_size(int C, int NH, const char** why) {
+    const int HS = C / NH;
+    *why =
+        "the bf16 build's flash attention needs a head size C/NH that is a multiple of 16 up "
+        "to 128";
+    return C % NH == 0 && HS % 16 == 0 && HS <= 128;
+}
+
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
                        const floatX* qkv, int B, int T, int C, int NH) {
     NvtxRange range("attention_forward");
@@ -293,6 +301,11 @@ bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
 
 size_t attention_scratch_bytes(int B, int T, int C, int NH) {
     return attention_cublas_scratch_bytes(B, T, C, NH);
+}
+
+bool attention_supports_head_size(int C, int NH, const char** why) {
+    *why = "NH must divide C";
+    return C % NH == 0;
 }
 
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,

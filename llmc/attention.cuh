@@ -20,6 +20,10 @@
 
 size_t attention_scratch_bytes(int B, int T, int C, int NH);
 
+// Whether this build's attention takes heads of HS = C / NH channels (bf16: a multiple of 16 up
+// to 128, flash attention's tiles; fp32: any). False, with the rule, in *why otherwise.
+bool attention_supports_head_size(int C, int NH, const char** why);
+
 void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratch,
                        const floatX* qkv, int B, int T, int C, int NH);
 

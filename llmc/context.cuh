@@ -59,10 +59,11 @@ struct Context {
     void* lt_workspace = nullptr;  // cuBLASLt workspace (device)
     size_t lt_workspace_bytes = 0;
     bool tf32 = true;  // fp32 build: TF32 tensor cores in matmuls ('high')
-    // Time cuBLASLt's candidate algorithms once per plan and keep the fastest. Off: take the
-    // heuristic's first choice, the same on every run (timing-based choices can differ between
-    // runs, and with them the last bits of the results).
+    // Time cuBLASLt's candidate algorithms once per plan and keep the fastest among those whose
+    // results are bitwise the heuristic's first choice's (matmul.cu), so the bits are those of
+    // autotune off, run after run. Off: the heuristic's first choice, untimed.
     bool autotune = true;
+    mutable int autotune_skipped = 0;  // plans left untuned for want of memory
     // Cached plans; mutable because launchers take a const Context& yet fill the cache.
     mutable std::map<MatmulKey, MatmulPlan*> plans;
     // Overlap within the step (see the top of this file).

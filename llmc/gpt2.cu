@@ -37,11 +37,12 @@ class ArenaCarver {
         return p;
     }
     void* take_bytes(size_t bytes, const char* name) { return take<char>(bytes, name); }
-    // `layers` slices of `elems` floatX each, every slice 256-byte aligned (LayerTensor).
-    LayerTensor take_layers(size_t layers, size_t elems, const char* name) {
-        LayerTensor t;
-        t.stride = ((elems * sizeof(floatX) + 255) & ~size_t(255)) / sizeof(floatX);
-        t.base = take<floatX>(layers * t.stride, name);
+    // `layers` slices of `elems` T each, every slice 256-byte aligned (LayerSlices).
+    template <typename T = floatX>
+    LayerSlices<T> take_layers(size_t layers, size_t elems, const char* name) {
+        LayerSlices<T> t;
+        t.stride = ((elems * sizeof(T) + 255) & ~size_t(255)) / sizeof(T);
+        t.base = take<T>(layers * t.stride, name);
         if (layers == 1) t.stride = 0;  // one buffer, shared by every layer
         return t;
     }
@@ -75,15 +76,15 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     const bool share_ln = opts.recompute >= 2;
     acts->encoded = a->take<floatX>(N * C, "encoded");
     acts->ln1 = a->take_layers(share_ln ? 1 : L, N * C, share_ln ? "ln1+ln2 (shared)" : "ln1");
-    acts->ln1_mean = a->take<float>(L * N, "layernorm statistics");
-    acts->ln1_rstd = a->take<float>(L * N, "layernorm statistics");
+    acts->ln1_mean = a->take_layers<float>(L, N, "layernorm statistics");
+    acts->ln1_rstd = a->take_layers<float>(L, N, "layernorm statistics");
     acts->qkv = a->take_layers(L, N * 3 * C, "qkv");
     acts->atty = a->take_layers(L, N * C, "atty");
-    acts->att_lse = a->take<float>(L * NH * N, "attention lse");
+    acts->att_lse = a->take_layers<float>(L, NH * N, "attention lse");
     acts->residual2 = a->take_layers(L, N * C, "residual2");
     acts->ln2 = share_ln ? acts->ln1 : a->take_layers(L, N * C, "ln2");
-    acts->ln2_mean = a->take<float>(L * N, "layernorm statistics");
-    acts->ln2_rstd = a->take<float>(L * N, "layernorm statistics");
+    acts->ln2_mean = a->take_layers<float>(L, N, "layernorm statistics");
+    acts->ln2_rstd = a->take_layers<float>(L, N, "layernorm statistics");
     acts->fch = a->take_layers(L, N * 4 * C, "fch");
     acts->fch_gelu =
         a->take_layers(gelu_layers, N * 4 * C, gelu_layers == 1 ? "fch_gelu (shared)" : "fch_gelu");
@@ -156,6 +157,43 @@ void device_alloc(void** ptr, size_t bytes, const char* what) {
 
 }  // namespace
 
+bool gpt2_shape_supported(const GPT2Config& cfg, int B, int T, std::string* why) {
+    if (!validate_config(cfg, why)) {
+        *why = "bad model config: " + *why;
+        return false;
+    }
+    const int C = cfg.channels, NH = cfg.num_heads;
+    char buf[400];
+    const char* rule = "";
+    if (B < 1 || T < 1 || T > cfg.max_seq_len) {
+        std::snprintf(buf, sizeof(buf),
+                      "batch shape B=%d T=%d does not fit the model: use B >= 1 and 1 <= T <= "
+                      "maxT = %d",
+                      B, T, cfg.max_seq_len);
+    } else if (!attention_supports_head_size(C, NH, &rule)) {
+        std::snprintf(buf, sizeof(buf), "the model's head size C/NH = %d/%d is not supported: %s",
+                      C, NH, rule);
+    } else if (sizeof(floatX) == 4 && C % 4 != 0) {
+        // Per-layer slices of the packed parameters start at multiples of C floats; cuBLASLt's
+        // bias epilogues read the bias slices with vector loads that need 16 bytes.
+        std::snprintf(buf, sizeof(buf),
+                      "the fp32 build needs C (%d) to be a multiple of 4, so that every parameter "
+                      "slice starts on a 16-byte boundary",
+                      C);
+    } else if (C > layernorm_max_channels()) {
+        std::snprintf(buf, sizeof(buf),
+                      "C = %d is wider than the layernorm backward takes (at most %d channels)", C,
+                      layernorm_max_channels());
+    } else if ((long long)B * T * 4 * C >= (1ll << 31)) {
+        std::snprintf(buf, sizeof(buf), "B*T*4C = %lld does not fit in an int: lower B or T",
+                      (long long)B * T * 4 * C);
+    } else {
+        return true;
+    }
+    *why = buf;
+    return false;
+}
+
 GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B, int T,
                                 int grad_accum, const GPT2Options& opts) {
     GPT2MemoryPlan plan;
@@ -171,9 +209,19 @@ GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B
     std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
               [](const auto& x, const auto& y) { return x.second > y.second; });
     plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
-    // Headroom for what is allocated after the plan: the autotuner's copy of dwte and cuBLASLt's
-    // working memory; dwte's size plus 256 MiB (the runs behind it: docs/perf-log.md).
-    plan.reserve = (size_t)cfg.padded_vocab_size * cfg.channels * sizeof(floatX) + (256u << 20);
+    // The autotuner's buffers (matmul.cu): a random input as large as the largest GEMM input,
+    // and two copies of D for accumulating GEMMs. The largest are the classifier's backward
+    // (dlogits, rows x Vp, with two copies of dwte) and the MLP weight gradients (an (N, 4C)
+    // input, two copies of a 4C x C gradient); in fp32 also a T x T score area of attention.
+    // Without that memory the tuner leaves a plan untuned (same bits, maybe slower). 256 MiB
+    // more for cuBLASLt and the graph (the runs behind it: docs/perf-log.md).
+    const size_t Vp = cfg.padded_vocab_size, C = cfg.channels, N = (size_t)B * T;
+    const size_t rows = classifier_chunk_rows(opts, B, T);
+    size_t tune = std::max(rows * Vp + 2 * Vp * C, 4 * N * C + 8 * C * C) * sizeof(floatX);
+    if (sizeof(floatX) == 4) {  // the cuBLAS attention: one of its two score areas
+        tune = std::max(tune, attention_scratch_bytes(B, T, (int)C, cfg.num_heads) / 2);
+    }
+    plan.reserve = tune + (256u << 20);
     return plan;
 }
 
@@ -229,13 +277,7 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     opts.zero_shards = sharded ? dist->env.world_size : 1;
     m->dist = dist;
     std::string why;
-    LLMC_CHECK(validate_config(cfg, &why), "bad model config: %s", why.c_str());
-    LLMC_CHECK(B >= 1 && T >= 1 && T <= cfg.max_seq_len,
-               "batch shape B=%d T=%d does not fit the model (1 <= T <= maxT = %d)", B, T,
-               cfg.max_seq_len);
-    LLMC_CHECK((long long)B * T * 4 * cfg.channels < (1ll << 31),
-               "B*T*4C = %lld does not fit in an int: lower B or T",
-               (long long)B * T * 4 * cfg.channels);
+    LLMC_CHECK(gpt2_shape_supported(cfg, B, T, &why), "%s", why.c_str());
     LLMC_CHECK(grad_accum >= 1, "gradient accumulation steps must be >= 1, got %d", grad_accum);
     LLMC_CHECK(opts.recompute >= 0 && opts.recompute <= 2, "recompute must be 0, 1 or 2, got %d",
                opts.recompute);
@@ -337,23 +379,21 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
     const ParamLayout& lay = m->layout;
 
     encoder_forward(ctx, a.encoded, d_inputs, p[kWte], p[kWpe], B, T, C);
-    layernorm_forward(ctx, a.ln1.at(0), a.ln1_mean, a.ln1_rstd, a.encoded, p[kLn1w], p[kLn1b], N,
-                      C);
+    layernorm_forward(ctx, a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p[kLn1w],
+                      p[kLn1b], N, C);
     for (int l = 0; l < L; l++) {
         NvtxRange layer_range("forward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
         floatX* qkv = a.qkv.at(l);
         matmul_forward(ctx, qkv, a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L),
                        p[kQkvb] + layer_slice(lay, kQkvb, l, L), N, C, 3 * C);
-        attention_forward(ctx, a.atty.at(l), a.att_lse + (size_t)l * NH * N, a.att_scratch, qkv, B,
-                          T, C, NH);
+        attention_forward(ctx, a.atty.at(l), a.att_lse.at(l), a.att_scratch, qkv, B, T, C, NH);
         matmul_forward(ctx, a.proj_out, a.atty.at(l),
                        p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
                        p[kAttprojb] + layer_slice(lay, kAttprojb, l, L), N, C, C);
-        fused_residual_layernorm_forward(ctx, a.residual2.at(l), a.ln2.at(l),
-                                         a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
-                                         residual, a.proj_out, p[kLn2w] + l * C, p[kLn2b] + l * C,
-                                         N, C);
+        fused_residual_layernorm_forward(ctx, a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l),
+                                         a.ln2_rstd.at(l), residual, a.proj_out, p[kLn2w] + l * C,
+                                         p[kLn2b] + l * C, N, C);
         // One GEMM writes fch (the GELU input, kept for backward) and fch_gelu (bias and GELU in
         // cuBLASLt's epilogue): no separate pass over the (N, 4C) tensor.
         matmul_forward(ctx, a.fch_gelu.at(l), a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L),
@@ -364,8 +404,8 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
         // The residual add is fused with the next layernorm: ln1 of the next layer, or lnf.
         const bool last = l == L - 1;
         floatX* ln_out = last ? a.lnf : a.ln1.at(l + 1);
-        float* mean = last ? a.lnf_mean : a.ln1_mean + (size_t)(l + 1) * N;
-        float* rstd = last ? a.lnf_rstd : a.ln1_rstd + (size_t)(l + 1) * N;
+        float* mean = last ? a.lnf_mean : a.ln1_mean.at(l + 1);
+        float* rstd = last ? a.lnf_rstd : a.ln1_rstd.at(l + 1);
         const floatX* w = last ? p[kLnfw] : p[kLn1w] + (l + 1) * C;
         const floatX* b = last ? p[kLnfb] : p[kLn1b] + (l + 1) * C;
         fused_residual_layernorm_forward(ctx, a.residual3.at(l), ln_out, mean, rstd,
@@ -459,8 +499,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
             a.dbias_scratch, a.dfch, a.ln2.at(l), p[kFcw] + at(kFcw, l), N, C, 4 * C);
         branch_wait(ctx, gemms_on_branch ? fcproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
-                           a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean + (size_t)l * N,
-                           a.ln2_rstd + (size_t)l * N, N, C, g[kAttprojb] + at(kAttprojb, l),
+                           a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean.at(l),
+                           a.ln2_rstd.at(l), N, C, g[kAttprojb] + at(kAttprojb, l),
                            reduces_on_branch);
         ln_reduced = mark_if(reduces_on_branch);
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
@@ -471,7 +511,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
         floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
-                               a.att_lse + (size_t)l * NH * N, B, T, C, NH, dqkvb);
+                               a.att_lse.at(l), B, T, C, NH, dqkvb);
         if (recompute >= 2) {
             branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
@@ -482,9 +522,9 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                                           a.ln1.at(l), p[kQkvw] + at(kQkvw, l), N, C, 3 * C);
         branch_wait(ctx, gemms_on_branch ? attproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
-                           a.dln, residual, p[kLn1w] + l * C, a.ln1_mean + (size_t)l * N,
-                           a.ln1_rstd + (size_t)l * N, N, C,
-                           l > 0 ? g[kFcprojb] + at(kFcprojb, l - 1) : nullptr, reduces_on_branch);
+                           a.dln, residual, p[kLn1w] + l * C, a.ln1_mean.at(l), a.ln1_rstd.at(l), N,
+                           C, l > 0 ? g[kFcprojb] + at(kFcprojb, l - 1) : nullptr,
+                           reduces_on_branch);
         ln_reduced = mark_if(reduces_on_branch);
         if (m->reduce_grads) {
             if (branched) branch_join(ctx);

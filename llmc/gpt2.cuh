@@ -50,37 +50,40 @@ struct GPT2Options {
 struct MultiGpu;  // multi_gpu.cuh
 
 // One activation per layer: layer l's slice starts at base + l * stride (elements). stride is
-// the slice rounded up to 256 bytes, so every slice is aligned like a buffer of its own (the
-// matmul plans depend on alignment); 0 when one buffer serves every layer (recomputed).
-struct LayerTensor {
-    floatX* base = nullptr;
+// the slice rounded up to 256 bytes, so every slice starts on a 256-byte boundary like a buffer
+// of its own, whatever B, T, NH or C are (the flash attention kernels need 16-byte aligned
+// slices, the matmul plans prefer 256); 0 when one buffer serves every layer (recomputed).
+template <typename T>
+struct LayerSlices {
+    T* base = nullptr;
     size_t stride = 0;
-    floatX* at(int l) const { return base + (size_t)l * stride; }
+    T* at(int l) const { return base + (size_t)l * stride; }
 };
+typedef LayerSlices<floatX> LayerTensor;
 
 struct GPT2Activations {
-    floatX* encoded;        // (N, C)     residual stream entering layer 0
-    LayerTensor ln1;        // (L, N, C)  shared with ln2 when recompute == 2
-    float* ln1_mean;        // (L, N)
-    float* ln1_rstd;        // (L, N)
-    LayerTensor qkv;        // (L, N, 3C)
-    LayerTensor atty;       // (L, N, C)
-    float* att_lse;         // (L, B, NH, T)
-    LayerTensor residual2;  // (L, N, C)  after attention
-    LayerTensor ln2;        // (L, N, C)  shared with ln1 when recompute == 2
-    float* ln2_mean;        // (L, N)
-    float* ln2_rstd;        // (L, N)
-    LayerTensor fch;        // (L, N, 4C) GELU input
-    LayerTensor fch_gelu;   // (L, N, 4C) one (N, 4C) buffer when recompute >= 1
-    LayerTensor residual3;  // (L, N, C)  after the MLP
-    floatX* lnf;            // (N, C)
-    float* lnf_mean;        // (N)
-    float* lnf_rstd;        // (N)
-    floatX* logits;         // (chunk_rows, Vp) one chunk; dlogits after the classifier
-    floatX* lnf_row;        // (C)  one position of lnf, aligned (gpt2_forward_logits_row)
-    floatX* logits_row;     // (Vp) the logits of that position
-    float* losses;          // (N)
-    floatX* proj_out;       // (N, C)     output of a projection before its residual add
+    floatX* encoded;              // (N, C)     residual stream entering layer 0
+    LayerTensor ln1;              // (L, N, C)  shared with ln2 when recompute == 2
+    LayerSlices<float> ln1_mean;  // (L, N)
+    LayerSlices<float> ln1_rstd;  // (L, N)
+    LayerTensor qkv;              // (L, N, 3C)
+    LayerTensor atty;             // (L, N, C)
+    LayerSlices<float> att_lse;   // (L, B, NH, T)
+    LayerTensor residual2;        // (L, N, C)  after attention
+    LayerTensor ln2;              // (L, N, C)  shared with ln1 when recompute == 2
+    LayerSlices<float> ln2_mean;  // (L, N)
+    LayerSlices<float> ln2_rstd;  // (L, N)
+    LayerTensor fch;              // (L, N, 4C) GELU input
+    LayerTensor fch_gelu;         // (L, N, 4C) one (N, 4C) buffer when recompute >= 1
+    LayerTensor residual3;        // (L, N, C)  after the MLP
+    floatX* lnf;                  // (N, C)
+    float* lnf_mean;              // (N)
+    float* lnf_rstd;              // (N)
+    floatX* logits;               // (chunk_rows, Vp) one chunk; dlogits after the classifier
+    floatX* lnf_row;              // (C)  one position of lnf, aligned (gpt2_forward_logits_row)
+    floatX* logits_row;           // (Vp) the logits of that position
+    float* losses;                // (N)
+    floatX* proj_out;             // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
     floatX* dresidual;      // (N, C)
     floatX* dln;            // (N, C)     holds dlnf from the forward until gpt2_backward reads it
@@ -99,8 +102,9 @@ struct GPT2Activations {
 // Device memory of a model, by part, in bytes (gpt2_memory_plan).
 struct GPT2MemoryPlan {
     size_t params = 0, grads = 0, optimizer = 0, activations = 0, other = 0;
-    // Allocated while running, outside the model's buffers: cuBLASLt autotuning's temporary copy
-    // of an accumulated GEMM output (at most dwte) and what cuBLASLt and the CUDA graph take.
+    // Allocated while running, outside the model's buffers: the cuBLASLt autotuner's random
+    // operands (at most the classifier's rows x Vp dlogits and two copies of dwte) and what
+    // cuBLASLt and the CUDA graph take.
     size_t reserve = 0;
     // Activation buffers grouped by name, largest first.
     std::vector<std::pair<std::string, size_t>> activation_parts;
@@ -151,6 +155,18 @@ struct GPT2 {
     GPT2& operator=(const GPT2&) = delete;
     ~GPT2();
 };
+
+// Whether this build runs the model `cfg` at micro-batches of (B, T): the config is valid, B >= 1,
+// 1 <= T <= maxT, the head size is one the attention kernels take, C fits the layernorm
+// backward, and every tensor index fits in an int. Otherwise false with one sentence (what to
+// change) in *why. Every other kernel precondition holds for such a shape: the activation
+// buffers and their per-layer slices are 256-byte aligned (ArenaCarver, LayerSlices), and every
+// parameter tensor and per-layer slice starts at a multiple of C elements of the packed
+// (llm.c file) layout, a multiple of 32 bytes in bf16 (C = NH * HS with HS % 16 == 0) and of 16
+// bytes in fp32 (C % 4 == 0 is required there), so the parameter and gradient arenas stay
+// packed for files, AdamW, the norm, ZeRO chunks and NCCL; kernels that vectorize check the
+// alignment of what they get and fall back to scalar code otherwise.
+bool gpt2_shape_supported(const llmc::GPT2Config& cfg, int B, int T, std::string* why);
 
 // Allocates everything for micro-batches of (B, T) with grad_accum micro-steps per step and
 // uploads `host_params` (fp32, model-file layout). Refuses, with the sizes and what to change,

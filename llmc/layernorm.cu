@@ -711,6 +711,8 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
     }
 }
 
+int layernorm_max_channels() { return kMaxC; }
+
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC, "layernorm backward: bad shape N=%d C=%d (C <= %d)", N,
                C, kMaxC);

@@ -29,6 +29,9 @@ void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floa
                                       const floatX* inp2, const floatX* weight, const floatX* bias,
                                       int N, int C);
 
+// The widest row the backward takes (its per-warp sums of a row live in shared memory).
+int layernorm_max_channels();
+
 // Bytes of device scratch layernorm_backward needs for (N, C).
 size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,

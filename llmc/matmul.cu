@@ -9,6 +9,9 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #include "device_utils.cuh"
 #include "launch.cuh"
@@ -176,49 +179,202 @@ cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c
                           stream_for(ctx, c.on_branch));
 }
 
-// Times each candidate on this call's own operands (median of a few runs) and keeps the
-// fastest: cuBLASLt's first guess is often not its best kernel for our shapes. Runs once per
-// plan, in the eager warm-up step. The tuning runs write D (and aux, bias gradients), which
-// the real call rewrites; when beta != 0 D is also read, so it is saved and restored.
+// ---- Autotuning that cannot change the bits ----------------------------------------------
+// cuBLASLt's candidates for one plan need not round alike (another split of k, another order of
+// the epilogue), so keeping the fastest by timing let timing noise pick the bits of every later
+// result: two runs of one command could differ. Here the heuristic's first candidate, the one
+// --autotune 0 runs, is the reference. Every candidate runs once on the same fresh random
+// operands of the call's shape (A, B, the bias and the GELU input drawn uniformly from [-1, 1),
+// never zeros, so every product and every epilogue term shows; D prefilled at random when
+// beta != 0), and only those whose every output (D, the GELU aux output, the bias gradient) is
+// bitwise the reference's compete on time (median of 5 runs; ties keep the earlier). Equal bits
+// on millions of random outputs mean the same floating-point operations per element (another
+// order of summation or another split would differ somewhere), so whichever candidate wins, the
+// results are those of --autotune 0, on any data. Runs once per plan, in the eager warm-up step.
+// Extra memory while it runs (tuning_bytes): one random buffer as large as the largest input
+// (A and B alias it: both are read-only), and two copies of D when beta != 0; the call's own D
+// (and aux, bias-gradient) outputs serve as the outputs, since the real call rewrites them.
+// When that memory is not there, the plan keeps the first candidate: the same bits, maybe slower.
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform_kernel(floatX* __restrict__ out, size_t n, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = mix64(seed + (i + 1) * 0x9E3779B97F4A7C15ull);
+        out[i] = from_float<floatX>((float)(h >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    }
+}
+
+// *out += sum over i of mix64(i << 16 | word_i) (mod 2^64) over n 16-bit words: a hash of the
+// bytes that any change of any word alters (but for a 2^-64 chance), and whose sum does not
+// depend on the order of the atomics.
+__global__ void hash_words_kernel(const uint16_t* __restrict__ words, size_t n, uint64_t salt,
+                                  unsigned long long* out) {
+    unsigned long long acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        acc += mix64(salt ^ ((uint64_t)i << 16 | words[i]));
+    }
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+        acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (threadIdx.x % kWarpSize == 0) atomicAdd(out, acc);
+}
+
+// Elements a column-major (rows x cols) layout with leading dimension ld spans over `batch`
+// matrices `stride` apart.
+size_t layout_extent(int rows, int cols, long long ld, int batch, long long stride) {
+    return (size_t)(batch - 1) * stride + (size_t)(cols - 1) * ld + rows;
+}
+
+struct TuneShape {
+    size_t in, d, aux;  // elements: the random input, D, the GELU aux
+    bool aux_in, aux_out, bias_in, bias_out;
+};
+
+TuneShape tune_shape(const LtCall& c) {
+    TuneShape s{};
+    s.aux_in = c.epilogue == CUBLASLT_EPILOGUE_DGELU;
+    s.aux_out =
+        c.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || c.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    s.bias_out = c.epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    s.bias_in = c.bias != nullptr && !s.bias_out;
+    const size_t a = c.transa ? layout_extent(c.k, c.m, c.lda, c.batch, c.stride_a)
+                              : layout_extent(c.m, c.k, c.lda, c.batch, c.stride_a);
+    const size_t b = c.transb ? layout_extent(c.n, c.k, c.ldb, c.batch, c.stride_b)
+                              : layout_extent(c.k, c.n, c.ldb, c.batch, c.stride_b);
+    s.d = layout_extent(c.m, c.n, c.ldd, c.batch, c.stride_d);
+    s.aux = c.aux != nullptr ? layout_extent(c.m, c.n, c.ldaux, 1, 0) : 0;
+    s.in = std::max({a, b, s.aux_in ? s.aux : 0, s.bias_in ? (size_t)c.m : 0});
+    return s;
+}
+
+// A hash of every output of one run of `c` (synchronizes).
+uint64_t outputs_hash(const Context& ctx, const LtCall& c, const TuneShape& s,
+                      unsigned long long* d_hash) {
+    CUDA_CHECK(cudaMemsetAsync(d_hash, 0, sizeof(*d_hash), ctx.stream));
+    auto add = [&](const void* p, size_t bytes, uint64_t salt) {
+        const size_t n = bytes / 2;
+        const int blocks = (int)std::min<size_t>((n + 255) / 256, 4 * (size_t)ctx_num_sms(ctx));
+        hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p), n, salt,
+                                                          d_hash);
+        CUDA_CHECK_LAST();
+    };
+    add(c.D, s.d * sizeof(floatX), 1);
+    if (s.aux_out) add(c.aux, s.aux * sizeof(floatX), 2);
+    if (s.bias_out) add(c.bias, (size_t)c.n * sizeof(BiasGradT), 3);
+    unsigned long long h = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, d_hash, sizeof(h), cudaMemcpyDeviceToHost, ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    return h;
+}
+
+// Median of 5 timed runs of one candidate, in ms.
+float time_candidate(const Context& ctx, const MatmulPlan* p, const LtCall& c,
+                     const cublasLtMatmulAlgo_t* algo, cudaEvent_t start, cudaEvent_t stop) {
+    float times[5];
+    for (float& t : times) {
+        CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+        CUBLAS_CHECK(run_algo(ctx, p, c, algo));
+        CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    std::sort(times, times + 5);
+    return times[2];
+}
+
+// Stream-ordered allocation that reports failure instead of exiting (tuning is optional).
+bool try_alloc(const Context& ctx, void** p, size_t bytes) {
+    if (cudaMallocAsync(p, bytes, ctx.stream) == cudaSuccess) return true;
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    *p = nullptr;
+    return false;
+}
+
 void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
               const cublasLtMatmulHeuristicResult_t* candidates, int count) {
     const cudaStream_t stream = stream_for(ctx, c.on_branch);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (count < 2 || capture != cudaStreamCaptureStatusNone) return;
-    const size_t d_bytes =
-        ((size_t)(c.batch - 1) * c.stride_d + (size_t)c.ldd * c.n) * sizeof(floatX);
-    void* saved = nullptr;
-    if (c.beta != 0.0f) {
-        CUDA_CHECK(cudaMallocAsync(&saved, d_bytes, stream));
-        CUDA_CHECK(cudaMemcpyAsync(saved, c.D, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    // Everything below runs on ctx.stream. A call bound for the branch stream first lets that
+    // stream drain (its earlier work may write D), and the real call waits for the tuning's end.
+    if (c.on_branch) CUDA_CHECK(cudaDeviceSynchronize());
+    const TuneShape s = tune_shape(c);
+    const bool accumulate = c.beta != 0.0f;
+    void *random = nullptr, *d_init = nullptr, *d_saved = nullptr, *d_hash = nullptr;
+    bool ok = try_alloc(ctx, &random, s.in * sizeof(floatX)) &&
+              try_alloc(ctx, &d_hash, sizeof(unsigned long long));
+    if (ok && accumulate) {
+        ok = try_alloc(ctx, &d_init, s.d * sizeof(floatX)) &&
+             try_alloc(ctx, &d_saved, s.d * sizeof(floatX));
     }
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    float best = 1e30f;
-    for (int i = 0; i < count; i++) {
-        if (run_algo(ctx, p, c, &candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
-        float times[5];
-        for (float& t : times) {
-            CUDA_CHECK(cudaEventRecord(start, stream));
-            CUBLAS_CHECK(run_algo(ctx, p, c, &candidates[i].algo));
-            CUDA_CHECK(cudaEventRecord(stop, stream));
-            CUDA_CHECK(cudaEventSynchronize(stop));
-            CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (ok) {
+        const int grid = 4 * ctx_num_sms(ctx);
+        fill_uniform_kernel<<<grid, 256, 0, ctx.stream>>>(static_cast<floatX*>(random), s.in, 1);
+        CUDA_CHECK_LAST();
+        if (accumulate) {
+            fill_uniform_kernel<<<grid, 256, 0, ctx.stream>>>(static_cast<floatX*>(d_init), s.d, 2);
+            CUDA_CHECK_LAST();
+            CUDA_CHECK(cudaMemcpyAsync(d_saved, c.D, s.d * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                       ctx.stream));
         }
-        std::sort(times, times + 5);
-        if (times[2] < best) {
-            best = times[2];
-            p->algo = candidates[i].algo;
+        LtCall t = c;
+        t.on_branch = false;
+        t.A = t.B = static_cast<const floatX*>(random);
+        if (s.aux_in) t.aux = random;
+        if (s.bias_in) t.bias = random;
+        set_epilogue_pointers(p, t);
+        auto run_once = [&](int i) {
+            if (accumulate) {
+                CUDA_CHECK(cudaMemcpyAsync(t.D, d_init, s.d * sizeof(floatX),
+                                           cudaMemcpyDeviceToDevice, ctx.stream));
+            }
+            return run_algo(ctx, p, t, &candidates[i].algo) == CUBLAS_STATUS_SUCCESS;
+        };
+        auto* hash = static_cast<unsigned long long*>(d_hash);
+        int same = 0, best = 0;
+        if (run_once(0)) {
+            const uint64_t reference = outputs_hash(ctx, t, s, hash);
+            cudaEvent_t start, stop;
+            CUDA_CHECK(cudaEventCreate(&start));
+            CUDA_CHECK(cudaEventCreate(&stop));
+            float best_ms = time_candidate(ctx, p, t, &candidates[0].algo, start, stop);
+            for (int i = 1; i < count; i++) {
+                if (!run_once(i) || outputs_hash(ctx, t, s, hash) != reference) continue;
+                same++;
+                const float ms = time_candidate(ctx, p, t, &candidates[i].algo, start, stop);
+                if (ms < best_ms) best_ms = ms, best = i;
+            }
+            CUDA_CHECK(cudaEventDestroy(start));
+            CUDA_CHECK(cudaEventDestroy(stop));
+            p->algo = candidates[best].algo;
         }
+        if (std::getenv("LLMC_AUTOTUNE_LOG") != nullptr) {
+            std::fprintf(stderr,
+                         "autotune: m=%d n=%d k=%d batch=%d epilogue=%d: %d of %d other candidates "
+                         "bitwise equal to the first; running #%d\n",
+                         c.m, c.n, c.k, c.batch, (int)c.epilogue, same, count - 1, best);
+        }
+        if (accumulate) {
+            CUDA_CHECK(cudaMemcpyAsync(c.D, d_saved, s.d * sizeof(floatX), cudaMemcpyDeviceToDevice,
+                                       ctx.stream));
+        }
+    } else if (ctx.autotune_skipped++ == 0) {
+        std::fprintf(stderr,
+                     "note: too little free device memory to autotune a %d x %d x %d product; it "
+                     "keeps cuBLASLt's first candidate (the same results, maybe slower)\n",
+                     c.m, c.n, c.k);
     }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    if (saved != nullptr) {
-        CUDA_CHECK(cudaMemcpyAsync(c.D, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
-        CUDA_CHECK(cudaFreeAsync(saved, stream));
+    for (void* q : {random, d_init, d_saved, d_hash}) {
+        if (q != nullptr) CUDA_CHECK(cudaFreeAsync(q, ctx.stream));
     }
+    if (c.on_branch) CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 void lt_matmul(const Context& ctx, const LtCall& c) {
@@ -239,9 +395,9 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     } else {
         p = it->second;
     }
+    if (count > 0 && ctx.autotune) autotune(ctx, p, c, candidates, count);
     // Epilogue pointers change per call (per layer), the rest of the plan does not.
     set_epilogue_pointers(p, c);
-    if (count > 0 && ctx.autotune) autotune(ctx, p, c, candidates, count);
     CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
 }
 

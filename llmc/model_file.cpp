@@ -264,8 +264,17 @@ void check_tokens(const std::vector<int>& tokens, int V, const char* what,
     }
 }
 
-// The optional trailer: n_steps, six hyper-parameters, n_steps losses (version 1), then
-// version 2's int32 2 and kNumBaselines floats.
+// One set of kNumBaselines floats: logits, loss, the 16 gradients, step losses.
+void unpack_baselines(const float* b, float* logits, float* loss, float* grads, float* steps) {
+    *logits = b[0];
+    *loss = b[1];
+    for (int i = 0; i < kNumParamTensors; i++) grads[i] = b[2 + i];
+    *steps = b[2 + kNumParamTensors];
+}
+
+// The optional trailer: n_steps, six hyper-parameters, n_steps losses (version 1), then the
+// version (2 or 3) and kNumBaselines floats, and in version 3 the reference's width, the TF32
+// source and kNumBaselines more floats.
 void read_trailer(std::FILE* f, long long remaining, const std::string& path, DebugState* st) {
     const long long fixed = (long long)(sizeof(int) + 6 * sizeof(float));
     LLMC_CHECK(remaining >= fixed,
@@ -276,8 +285,10 @@ void read_trailer(std::FILE* f, long long remaining, const std::string& path, De
     LLMC_CHECK(st->n_steps >= 0 && st->n_steps <= kMaxSteps,
                "debug state '%s' has a trailer with n_steps = %d, outside [0, %d].", path.c_str(),
                st->n_steps, kMaxSteps);
+    const long long baselines = (long long)(kNumBaselines * sizeof(float));
     const long long v1 = fixed + (long long)st->n_steps * (long long)sizeof(float);
-    const long long v2 = v1 + (long long)(sizeof(int) + kNumBaselines * sizeof(float));
+    const long long v2 = v1 + (long long)sizeof(int) + baselines;
+    const long long v3 = v2 + 2 * (long long)sizeof(int) + baselines;
     LLMC_CHECK(remaining >= v1,
                "debug state '%s' has a %lld-byte trailer but n_steps = %d needs %lld bytes; it "
                "is truncated or corrupt.",
@@ -299,22 +310,32 @@ void read_trailer(std::FILE* f, long long remaining, const std::string& path, De
                path.c_str(), remaining - v1);
     int version = 0;
     read_exact(f, &version, sizeof(int), "trailer version", path);
-    LLMC_CHECK(version == kTrailerVersion,
-               "debug state '%s' has trailer version %d; this build reads versions 1 and %d, so "
+    LLMC_CHECK(version == 2 || version == 3,
+               "debug state '%s' has trailer version %d; this build reads versions 1 to %d, so "
                "rewrite the state with this checkout's scripts/train_gpt2.py --write-state.",
                path.c_str(), version, kTrailerVersion);
-    LLMC_CHECK(remaining == v2,
+    const long long want = version == 2 ? v2 : v3;
+    LLMC_CHECK(remaining == want,
                "debug state '%s' has a %lld-byte version %d trailer but n_steps = %d needs %lld "
                "bytes; it is truncated or corrupt.",
-               path.c_str(), remaining, version, st->n_steps, v2);
+               path.c_str(), remaining, version, st->n_steps, want);
     float base[kNumBaselines];
     read_exact(f, base, sizeof(base), "trailer baselines", path);
-    st->base_logits = base[0];
-    st->base_loss = base[1];
-    for (int i = 0; i < kNumParamTensors; i++) st->base_grads[i] = base[2 + i];
-    st->base_step_losses = base[2 + kNumParamTensors];
+    unpack_baselines(base, &st->base_logits, &st->base_loss, st->base_grads, &st->base_step_losses);
     st->trailer_version = version;
     st->has_baseline = true;
+    if (version == 2) return;
+    int kinds[2];
+    read_exact(f, kinds, sizeof(kinds), "trailer reference width and TF32 source", path);
+    LLMC_CHECK((kinds[0] == 32 || kinds[0] == 64) && kinds[1] >= 0 && kinds[1] <= 2,
+               "debug state '%s' has a version 3 trailer with reference width %d and TF32 source "
+               "%d (want 32 or 64, and 0, 1 or 2); it is corrupt.",
+               path.c_str(), kinds[0], kinds[1]);
+    st->reference_bits = kinds[0];
+    st->tf32_source = kinds[1];
+    read_exact(f, base, sizeof(base), "trailer TF32 baselines", path);
+    unpack_baselines(base, &st->tf32_logits, &st->tf32_loss, st->tf32_grads, &st->tf32_step_losses);
+    st->has_tf32_baseline = st->tf32_source != 0;
 }
 
 }  // namespace
@@ -369,6 +390,11 @@ void read_debug_state(const std::string& path, const GPT2Config& cfg, DebugState
     st->has_baseline = false;
     st->base_logits = st->base_loss = st->base_step_losses = 0.0f;
     for (float& b : st->base_grads) b = 0.0f;
+    st->reference_bits = 32;
+    st->tf32_source = 0;
+    st->has_tf32_baseline = false;
+    st->tf32_logits = st->tf32_loss = st->tf32_step_losses = 0.0f;
+    for (float& b : st->tf32_grads) b = 0.0f;
     if (actual > core) read_trailer(file.f, actual - core, path, st);
 }
 

@@ -22,6 +22,14 @@
 // fp32 run, in the order logits (||a - f|| / ||f||), loss (|a - f|), the 16 gradients in file
 // order (||a - f|| / ||f||), step losses (max over k of |a_k - f_k|, a and f each running its
 // own n_steps AdamW steps). The bf16 test_gpt2cu sets its thresholds from these.
+// Trailer version 3 (written by scripts/train_gpt2.py since; versions 1 and 2 are still read)
+// has trailer_version 3, the same kNumBaselines floats, then
+//   int32 reference_bits (32 or 64: the float width of the run that wrote logits, loss,
+//         gradients and step losses); int32 tf32_source (0: no TF32 baseline, 1: measured with
+//         torch.backends.cuda.matmul.allow_tf32 on a GPU, 2: emulated on the CPU by rounding
+//         every matmul input to TF32's 10-bit mantissa); float tf32_baseline[kNumBaselines]
+// PyTorch's TF32 error on the same batch, in the order and sense of the bf16 baselines: the run
+// with TF32 matmuls against the reference. The fp32 test_gpt2cu with --tf32 1 is judged by it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +42,7 @@ constexpr int kModelMagic = 20240326;
 constexpr int kDebugStateMagic = 20240327;
 constexpr int kTokenizerMagic = 20240328;
 constexpr int kNumParamTensors = 16;
-constexpr int kTrailerVersion = 2;                   // the newest debug-state trailer
+constexpr int kTrailerVersion = 3;                   // the newest debug-state trailer
 constexpr int kNumBaselines = kNumParamTensors + 3;  // logits, loss, 16 grads, step losses
 
 // Parameter tensors, in file order. Linear weights are (out_features, in_features), row-major.
@@ -103,11 +111,18 @@ struct DebugState {
     int n_steps = 0;
     float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
     std::vector<float> step_losses;  // n_steps
-    // trailer version 2 (trailer_version: 0 no trailer, 1 or 2): PyTorch's bf16 autocast error
+    // trailer version 2 (trailer_version: 0 no trailer, 1, 2 or 3): PyTorch's bf16 autocast error
     int trailer_version = 0;
     bool has_baseline = false;  // trailer_version >= 2
     float base_logits = 0, base_loss = 0, base_step_losses = 0;
     float base_grads[kNumParamTensors] = {};
+    // trailer version 3: the reference's float width (32 before version 3) and PyTorch's TF32
+    // error (tf32_source as in the format above; has_tf32_baseline when it is not 0)
+    int reference_bits = 32;
+    int tf32_source = 0;
+    bool has_tf32_baseline = false;
+    float tf32_logits = 0, tf32_loss = 0, tf32_step_losses = 0;
+    float tf32_grads[kNumParamTensors] = {};
 };
 // Reads a debug state written for the model `cfg`; exits with one sentence on any problem.
 void read_debug_state(const std::string& path, const GPT2Config& cfg, DebugState* st);

@@ -274,8 +274,9 @@ std::vector<cli::Option> evaluation_options(TrainConfig* c) {
                "of keeping it, 2 also its two layernorm outputs (the gradients are bitwise the "
                "same); the memory plan printed at start shows what each mode needs"),
         option("--autotune", "0|1", "autotune", &c->autotune, 0, 1,
-               "time cuBLASLt's candidate kernels once per shape and keep the fastest (0 takes "
-               "the heuristic's pick, the same on every run)"),
+               "time cuBLASLt's candidate kernels once per shape and keep the fastest of those "
+               "whose results are bitwise the heuristic's pick's (0 takes that pick untimed; both "
+               "give the same bits on every run)"),
         option("--device", "N", "device", &c->device, 0, 1024, "CUDA device"),
         option("--gpu-log", "N", "gpu_log", &c->gpu_log, 0, 1 << 30,
                "every N steps read the GPU's SM and memory clocks, power, temperature, throttle "

@@ -3,17 +3,30 @@
 # invocation on the same GPU: same model, random init, data, B, T and precision per config.
 # Prints one table at the end (device, date, commit): median step time (warm-up steps
 # discarded), tok/s, MFU, device memory, and our speed as a ratio of PyTorch's tok/s (> 1 means
-# we are faster; the best PyTorch attention backend of each config is the baseline).
+# we are faster; the fastest PyTorch row of each config, over its attention backends and
+# torch.compile modes, is the baseline of every ratio).
 #
-#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-g GPUS] [-k] [CONFIG ...]
+#   scripts/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-M MODES] [-g GPUS] [-k]
+#                    [CONFIG ...]
 #
 # CONFIG is preset:B:T:precision, e.g. d12:64:1024:bf16. Default set:
 #   d12:64:1024:bf16 d12:4:1024:bf16 d12:4:1024:fp32 d24:16:1024:bf16
 # Each config runs build/<precision>/train_gpt2cu (built with `make PRECISION=...` when missing)
 # and scripts/train_gpt2.py --compile --fused-adamw --tf32 (TF32 on for both in fp32) once per
-# SDPA backend in BACKENDS (comma-separated from auto,flash,cudnn,efficient,math). Default: flash
-# and cudnn for bf16 (PyTorch's two fastest on Hopper), efficient for fp32 (flash and cudnn
-# take only 16-bit inputs). Every backend's row is listed; the fastest is the baseline.
+# SDPA backend in BACKENDS (comma-separated from auto,flash,cudnn,efficient,math) and
+# torch.compile mode in MODES. Default backends: flash and cudnn for bf16 (PyTorch's two fastest
+# on Hopper), efficient for fp32 (flash and cudnn take only 16-bit inputs). Every row is listed;
+# the fastest is the baseline.
+#   -M MODES   torch.compile modes, comma-separated from default, reduce-overhead, max-autotune,
+#              max-autotune-no-cudagraphs (default: default,reduce-overhead). reduce-overhead
+#              and max-autotune replay the step as CUDA graphs (the fair opponent at small B, where
+#              launch overhead shows); max-autotune also times Triton and cuBLAS kernels at
+#              compile time (minutes per config).
+# Step time, both sides: wall clock from the start of a step (after the previous one finished)
+# to its end, synchronized: PyTorch's loop times its whole step (loading the batch, the
+# compiled forward and backward, clipping, AdamW) with perf_counter around torch.cuda.synchronize;
+# ours is train_gpt2cu's "wall clock" (filling the batch, launching the step's CUDA graph,
+# waiting for it), not its GPU-only time between CUDA events, which leaves out the host's part.
 #   -s STEPS   steps per run (default 30). Ours discards its first 2 (plan building, graph
 #              capture), PyTorch its first 5 (compilation); the median of the rest is reported.
 #   -d GLOB    train shards; default: random-token shards written to OUTDIR/shards (step time
@@ -36,16 +49,18 @@ steps=30
 data=""
 outdir=${OUT:-build/bench}
 backends=""
+modes=default,reduce-overhead
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 [ "${1:-}" = --help ] && { usage; exit 0; }
-while getopts "s:d:o:a:g:kh" opt; do
+while getopts "s:d:o:a:M:g:kh" opt; do
     case $opt in
         s) steps=$OPTARG ;;
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
         a) backends=$OPTARG ;;
+        M) modes=$OPTARG ;;
         g) gpus=$OPTARG ;;
         k) keep=1 ;;
         h) usage; exit 0 ;;
@@ -73,6 +88,14 @@ for b in ${backends//,/ }; do
         ;;
     esac
 done
+for m in ${modes//,/ }; do
+    case $m in default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs) ;; *)
+        echo "error: -M takes default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs; got '$m'" >&2
+        exit 2
+        ;;
+    esac
+done
+[ -n "${modes//,/}" ] || { echo "error: -M needs at least one mode" >&2; exit 2; }
 if ! [[ "$gpus" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
     echo "error: -g takes GPU counts, e.g. 2 or 1,2; got '$gpus'" >&2
     exit 2
@@ -168,6 +191,16 @@ for c in "${configs[@]}"; do
     [ "$prec" = bf16 ] && dtype=bfloat16
     list=$backends
     [ -z "$list" ] && { [ "$prec" = bf16 ] && list=flash,cudnn || list=efficient; }
+    # One PyTorch variant per backend and mode: "BACKEND" (mode default, the tags of earlier
+    # runs) or "BACKEND+MODE".
+    variants=""
+    for b in ${list//,/ }; do
+        for m in ${modes//,/ }; do
+            v=$b
+            [ "$m" = default ] || v="$b+$m"
+            variants+="${variants:+,}$v"
+        done
+    done
     echo "== $c"
     bin=$(trainer "$prec")
     for n in ${gpus//,/ }; do
@@ -186,12 +219,15 @@ for c in "${configs[@]}"; do
             run "ours_$tag$sfx" "${ours[@]}" -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" \
                 -l 1e-4 --tf32 1
         fi
-        for b in ${list//,/ }; do
-            run "torch_${b}_$tag$sfx" "${torch[@]}" -i "$data" -e "$model" -b "$B" -t "$T" \
-                -x "$steps" -l 1e-4 --dtype "$dtype" --tf32 --compile --fused-adamw --sdpa-backend "$b"
+        for v in ${variants//,/ }; do
+            b=${v%%+*} m=default
+            [ "$v" = "$b" ] || m=${v#*+}
+            run "torch_${v}_$tag$sfx" "${torch[@]}" -i "$data" -e "$model" -b "$B" -t "$T" \
+                -x "$steps" -l 1e-4 --dtype "$dtype" --tf32 --compile --compile-mode "$m" \
+                --fused-adamw --sdpa-backend "$b"
         done
     done
-    tags+=("$tag:$list")
+    tags+=("$tag:$variants")
 done
 
 # .carry/commit.txt first: on a machine that receives a copy of the working tree, git's HEAD
@@ -206,10 +242,14 @@ if os.environ["BENCH_GPUS"] != "1":
     multi_gpu_table(outdir, commit, specs, [int(n) for n in os.environ["BENCH_GPUS"].split(",")])
     sys.exit(0)
 
+sys.path.insert(0, "scripts")
+from bench_table import step_ms, variant_label
+
 def load(name):
     try:
         r = json.load(open(f"{outdir}/{name}.json"))
-        r["tok_s"] = r["B"] * r["T"] * 1000.0 / r["median_ms"]  # both sides: tokens / median step
+        r["ms"] = step_ms(r)
+        r["tok_s"] = r["B"] * r["T"] * 1000.0 / r["ms"]  # both sides: tokens / median step
         return r
     except (OSError, ValueError, KeyError, ZeroDivisionError):
         return None
@@ -222,11 +262,11 @@ def error(name):
 
 device, lines, verdicts = None, [], []
 for spec in specs:
-    tag, backends = spec.split(":")
+    tag, variants = spec.split(":")
     ours = load(f"ours_{tag}")
-    torch = {b: load(f"torch_{b}_{tag}") for b in backends.split(",")}
-    ok = {b: r for b, r in torch.items() if r}
-    best = max(ok, key=lambda b: ok[b]["tok_s"]) if ok else None
+    torch = {v: load(f"torch_{v}_{tag}") for v in variants.split(",")}
+    ok = {v: r for v, r in torch.items() if r}
+    best = max(ok, key=lambda v: ok[v]["tok_s"]) if ok else None
     base = ok[best] if best else None
     device = device or (ours or base or {}).get("device_name")
     ratio = ours["tok_s"] / base["tok_s"] if ours and base else None
@@ -234,15 +274,16 @@ for spec in specs:
         if r is None:
             lines.append(f"| {tag} | {system} | {error(name)} | | | | |")
             return
-        mfu = r.get("mfu") or (ours["mfu"] * ours["median_ms"] / r["median_ms"] if ours and ours.get("mfu") else None)
+        mfu = ours["mfu"] * ours["median_ms"] / r["ms"] if ours and ours.get("mfu") else None
         mfu = f"{100 * mfu:.1f}%" if mfu else "-"
-        lines.append(f"| {tag} | {system} | {r['median_ms']:.2f} | {r['tok_s']:,.0f} | {mfu} | "
+        ms = f"{r['ms']:.2f}" + (f" ({r['median_ms']:.2f} GPU)" if r.get("wall_ms") else "")
+        lines.append(f"| {tag} | {system} | {ms} | {r['tok_s']:,.0f} | {mfu} | "
                      f"{r.get('peak_mem_mib', 0):,.0f} | {extra} |")
     row("train_gpt2cu", ours, f"ours_{tag}", f"**{ratio:.3f}**" if ratio else "n/a")
-    for b, r in torch.items():
-        extra = "1 (baseline)" if b == best else (f"{r['tok_s'] / base['tok_s']:.3f}" if r and base else "")
-        row(f"PyTorch compile, sdpa={b}", r, f"torch_{b}_{tag}", extra)
-    verdicts.append(f"{tag}: ours / PyTorch tok/s = " + (f"{ratio:.3f}x (baseline sdpa={best})" if ratio else "n/a"))
+    for v, r in torch.items():
+        extra = "1 (baseline)" if v == best else (f"{r['tok_s'] / base['tok_s']:.3f}" if r and base else "")
+        row(f"PyTorch {variant_label(v)}", r, f"torch_{v}_{tag}", extra)
+    verdicts.append(f"{tag}: ours / PyTorch tok/s = " + (f"{ratio:.3f}x (baseline {variant_label(best)})" if ratio else "n/a"))
 
 date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 print(f"\n## bench.sh: {device or 'unknown device'}, {date}, commit {commit}\n")
@@ -251,10 +292,12 @@ print("|---|---|---|---|---|---|---|")
 print("\n".join(lines))
 print()
 print("\n".join(verdicts))
-print("\ntok/s = B*T / median step time, after warm-up (ours: steps 3.., PyTorch: steps 6..). "
-      "Ratio: our tok/s over the fastest PyTorch backend's (> 1: we are faster). MFU: our FLOPs "
-      "per step (6N + 12LCT per token) over the device's dense peak of that precision. Memory: "
-      "ours is all device memory in use (cudaMemGetInfo, CUDA context included); PyTorch's is "
-      "torch.cuda.max_memory_allocated (tensors only).")
+print("\nms/step: the median wall-clock step after warm-up (ours: steps 3.., PyTorch: steps 6..), "
+      "from the start of a step to its end, synchronized, on both sides (ours: batch fill, graph "
+      "launch and the wait; its GPU-only time between CUDA events in brackets); tok/s = B*T over "
+      "it. Ratio: our tok/s over the fastest PyTorch row of the config (> 1: we are faster). "
+      "MFU: our FLOPs per step (6N + 12LCT per token) over the device's dense peak of that "
+      "precision. Memory: ours is all device memory in use (cudaMemGetInfo, CUDA context "
+      "included); PyTorch's is torch.cuda.max_memory_allocated (tensors only).")
 EOF
 [ $nfail -eq 0 ] || { echo "$nfail run(s) failed: their rows say why"; exit 1; }

@@ -14,8 +14,11 @@ Needs only the Python standard library.
 multi_gpu_table() is the multi-GPU table of scripts/bench.sh -g N[,M...] (no torch needed).
 
 Runs are the JSON summaries bench.sh leaves in OUTDIR: ours_TAG[_gN].json (train_gpt2cu, through
-scripts/launch.sh when N > 1) and torch_BACKEND_TAG[_gN].json (train_gpt2.py, under torchrun when
-N > 1), where TAG = MODEL_bB_tT_PREC and B is the micro-batch per GPU. Per run:
+scripts/launch.sh when N > 1) and torch_VARIANT_TAG[_gN].json (train_gpt2.py, under torchrun when
+N > 1), where TAG = MODEL_bB_tT_PREC, B is the micro-batch per GPU and VARIANT is an SDPA backend,
+or BACKEND+MODE for a torch.compile mode other than the default. Per run:
+  step            the median wall-clock step (step_ms: ours from train_gpt2cu's wall clock,
+                  PyTorch's from its synchronized perf_counter timing; the same span on both)
   total tok/s     N * B * T / median step (every GPU's tokens; both sides the same formula)
   MFU per GPU     FLOPs per token (6 x parameters, wte padded to Vp, + 12LCT: train_gpt2cu's
                   gpt2_flops_per_token) x tok/s per GPU over the device's dense peak of the
@@ -35,6 +38,19 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def step_ms(r):
+    """A run's median step in ms, wall clock on both sides: train_gpt2cu's summary has wall_ms
+    (batch fill, graph launch, wait) beside median_ms (GPU time between CUDA events, which leaves
+    the host's part out); train_gpt2.py's median_ms is its wall clock already."""
+    return r.get("wall_ms") or r["median_ms"]
+
+
+def variant_label(v):
+    """'cudnn' -> 'compile, sdpa=cudnn'; 'cudnn+reduce-overhead' -> '..., mode=reduce-overhead'."""
+    backend, _, mode = v.partition("+")
+    return f"compile, sdpa={backend}" + (f", mode={mode}" if mode else "")
 
 
 def flops_per_token(preset, T):
@@ -60,7 +76,7 @@ def multi_gpu_table(outdir, commit, specs, counts):
         try:
             with open(f"{outdir}/{name}.json") as f:
                 r = json.load(f)
-            r["tok_s"] = n * B * T * 1000.0 / r["median_ms"]
+            r["tok_s"] = n * B * T * 1000.0 / step_ms(r)
             return r
         except (OSError, ValueError, KeyError, ZeroDivisionError):
             return None
@@ -102,7 +118,7 @@ def multi_gpu_table(outdir, commit, specs, counts):
                     lines.append(f"| {tag} | {n} | {system} | {error(name)} | | | | | |")
                     return
                 mfu = f"{100 * k * r['tok_s'] / n:.1f}%" if k else "-"
-                lines.append(f"| {tag} | {n} | {system} | {r['median_ms']:.2f} | "
+                lines.append(f"| {tag} | {n} | {system} | {step_ms(r):.2f} | "
                              f"{r['tok_s']:,.0f} | {mfu} | {r.get('peak_mem_mib', 0):,.0f} | "
                              f"{vs} | {e} |")
 
@@ -112,12 +128,12 @@ def multi_gpu_table(outdir, commit, specs, counts):
                 r = torch[(b, n)]
                 vs = "1 (baseline)" if b == best else (
                     f"{r['tok_s'] / base['tok_s']:.3f}" if r and base else "")
-                row(f"PyTorch compile, sdpa={b}", r, f"torch_{b}_{tag}{sfx[n]}", vs,
+                row(f"PyTorch {variant_label(b)}", r, f"torch_{b}_{tag}{sfx[n]}", vs,
                     eff(torch, lambda m, b=b: (b, m), n))
-            v = (f"{ratio:.3f}x (baseline sdpa={best})" if ratio else "n/a")
+            v = (f"{ratio:.3f}x (baseline {variant_label(best)})" if ratio else "n/a")
             if n > 1 and 1 in counts:
-                v += (f"; scaling eff. ours {eff(ours, lambda m: m, n)}, PyTorch sdpa={best} "
-                      f"{eff(torch, lambda m: (best, m), n)}")
+                v += (f"; scaling eff. ours {eff(ours, lambda m: m, n)}, PyTorch "
+                      f"{variant_label(best)} {eff(torch, lambda m: (best, m), n)}")
             verdicts.append(f"{tag} on {n} GPU{'s' if n > 1 else ''}: ours / PyTorch tok/s = {v}")
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -129,9 +145,10 @@ def multi_gpu_table(outdir, commit, specs, counts):
     print("\n".join(lines))
     print()
     print("\n".join(verdicts))
-    print("\ntotal tok/s = GPUs * B*T / median step time, after warm-up (ours: steps 3.., "
-          "PyTorch: steps 6..); B is per GPU. Ratio: our tok/s over the fastest PyTorch "
-          "backend's at the same GPU count. MFU per GPU: 6N + 12LCT FLOPs per token times one "
+    print("\ntotal tok/s = GPUs * B*T / median wall-clock step time (from a step's start to its "
+          "end, synchronized, on both sides), after warm-up (ours: steps 3.., PyTorch: steps "
+          "6..); B is per GPU. Ratio: our tok/s over the fastest PyTorch row (backend and "
+          "compile mode) at the same GPU count. MFU per GPU: 6N + 12LCT FLOPs per token times one "
           "GPU's tok/s over the device's dense peak of that precision. Memory per GPU: ours is "
           "rank 0's device memory in use (cudaMemGetInfo, CUDA context included); PyTorch's is "
           "the largest rank's torch.cuda.max_memory_allocated (tensors only). Scaling eff. = "

@@ -10,6 +10,8 @@
 #             build/bf16/dev/bench_attention (when dev/bench_attention.cu exists). Always runs.
 #   dumps     PyTorch reference dumps: the small awkward config and GPT-2 d12 (B=4 T=64)
 #   tests     every per-op test of the default build; test_gpt2cu on both dumps, graphs on/off
+#   shapes    scripts/test_shapes.sh: 12 seeded shapes in both precisions, TF32 and graphs on and
+#             off, train_gpt2cu twice at three of them (its own table; about 3-5 minutes)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the small config
 #   benchops  dev/bench_ops of both precisions, dev/bench_attention if present
 #   bench     scripts/bench.sh with its four default configs (ours vs PyTorch compile)
@@ -26,6 +28,7 @@
 # The whole set takes longer than one 10-minute device call: split it, e.g. (times are
 # estimates, not yet measured; each stage prints its own)
 #   --only dumps,tests,sanitize,benchops   builds nothing when the binaries are carried in
+#   --only shapes                          the shape sweep alone
 #   --only bench                           PyTorch compiles once per config and SDPA backend
 #   --only compare,pipeline
 # --bench-args "ARGS" is passed to bench.sh (options, then configs), e.g. --bench-args "-a flash d12:64:1024:bf16"
@@ -39,7 +42,7 @@
 # .carry/vocab.bpe (tiny Shakespeare tokenized here), .carry/commit.txt (the commit id).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ALL="build dumps tests sanitize benchops bench compare pipeline runs multigpu"
+ALL="build dumps tests shapes sanitize benchops bench compare pipeline runs multigpu"
 only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -186,6 +189,13 @@ if want tests; then
             step "test_gpt2cu_d12_graph$g" ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin" --graph $g
         done
     fi
+fi
+
+# --- shapes: the shape sweep (it builds the fp32 and bf16 binaries it needs when missing).
+if want shapes; then
+    stage shapes
+    step test_shapes bash scripts/test_shapes.sh -o "$LOGS/shapes"
+    sed -n '/^| # /,$p' "$LOGS/test_shapes.log"
 fi
 
 # --- sanitize.

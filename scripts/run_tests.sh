@@ -3,15 +3,18 @@
 #
 # CPU (always): the host tests (model files, data loader, multi-GPU bootstrap and shard map),
 # the trainer's option checks, scripts/launch.sh with stand-in ranks, and the
-# CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
-# the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
-# reference's DDP mode (2 CPU processes under torchrun) against one process with twice B; the
-# Python tools without their modules; quickstart.sh's logic; and the docs (the benchmark figures
-# against docs/bench.csv, every command they show against the scripts, --help and the Makefile).
+# CPU fp32 reference against reference dumps that scripts/train_gpt2.py writes with PyTorch on
+# the CPU (float64 reference) for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3,
+# T=77) and two shapes of scripts/test_shapes.sh's kind (head size 64, V=997; one token; T=31
+# with B*NH*T odd); the reference's DDP mode (2 CPU processes under torchrun) against one
+# process with twice B; the Python tools without their modules; quickstart.sh's logic; and the
+# docs (the benchmark figures against docs/bench.csv, every command they show against the
+# scripts, --help and the Makefile).
 # GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
 # build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
-# dump with CUDA graphs on and off, each also with every step switch on (llmc/context.cuh).
-# Without a GPU each prints SKIP and its reason.
+# dumps, on the small one with CUDA graphs on and off, each also with every step switch on
+# (llmc/context.cuh). Without a GPU each prints SKIP and its reason. The full shape sweep is
+# scripts/test_shapes.sh (GPU).
 # Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +68,17 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# Two shapes of the GPU sweep (scripts/test_shapes.sh), small enough for the CPU: L NH V B T.
+SHAPES=("1 1 997 1 1" "2 3 997 3 31")
+for i in "${!SHAPES[@]}"; do
+    read -r L NH V B T <<<"${SHAPES[$i]}"
+    run "write_shape${i}_dump" "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" \
+        --n-embd $((64 * NH)) --vocab-size "$V" --block-size 64 -b "$B" -t "$T" --random-biases \
+        --seed $((77 + i)) -l 1e-3 -c 0.1 --device cpu --write-model "$TESTDATA/shape${i}_model.bin" \
+        --write-state "$TESTDATA/shape${i}_state.bin"
+    run "test_gpt2_cpu_shape$i" build/host/dev/test_gpt2_cpu "$TESTDATA/shape${i}_model.bin" \
+        "$TESTDATA/shape${i}_state.bin"
+done
 # HellaSwag-style evaluation: the CPU reference's per-example ending losses through the GPU path's
 # batching against scripts/hellaswag_ref.py (PyTorch) within 1e-5, with the same predictions, on
 # the checked-in 50-example synthetic file (9 right with test_hellaswag's fixed model at B=3 T=77,
@@ -103,6 +117,10 @@ if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     for g in 1 0; do
         run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
             --state "$TESTDATA/small_state.bin" --graph "$g"
+    done
+    for i in "${!SHAPES[@]}"; do
+        run "test_gpt2cu_shape$i" ./test_gpt2cu --model "$TESTDATA/shape${i}_model.bin" \
+            --state "$TESTDATA/shape${i}_state.bin"
     done
     # Every step switch of llmc/context.cuh on (graph branches, PDL, the kernel variants): the
     # same checks, and the gradients bitwise those of every switch off (test_gpt2cu's last check).

@@ -50,6 +50,12 @@ expect 0 "--recompute 0|1|2" --help
 expect 1 "could not open the model file" -i x -e "$tmp/missing_model.bin"
 expect 2 "longer than the model's maximum" -i x -t 2048
 expect 1 "$tmp/none_" -i "$tmp/none_*.bin" -t 64
+# A model whose head size (C/NH = 42/2) neither build's kernels take: one sentence before any
+# data or GPU work (bf16: flash attention's head sizes; fp32: C a multiple of 4).
+le32() { printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)); }
+{ for v in 20240326 3 8 100 1 2 42 128; do printf "$(le32 $v)"; done
+  head -c $((4 * 248 + 4 * 27510)) /dev/zero; } >"$tmp/hs21.bin"  # maxT 8, V 100, L 1, NH 2, C 42, Vp 128
+expect 2 "head size C/NH = 42/2 is not supported\|needs C (42) to be a multiple of 4" -i x -e "$tmp/hs21.bin" -b 1 -t 8
 touch "$tmp/file"
 expect 1 "cannot create the output directory" -i x -t 64 -o "$tmp/file/sub"
 printf 'not a model file at all, far too short' >"$tmp/junk.bin"

@@ -6,12 +6,13 @@
 #
 # A small GPT-2 (L=2, NH=4, C=128, V=50257, maxT=128) trains 100 steps on random-token shards
 # (3 train shards, shuffled, so the run crosses shard and epoch boundaries), cosine schedule with
-# warmup, weight decay, validation every 25 steps, --autotune 0 (autotuning times kernels and may
-# pick another one in a new process; every kernel is deterministic, two kernels are not equal).
-#   1. reference: 100 steps uninterrupted.
+# warmup, weight decay, validation every 25 steps, and the trainer's default options otherwise
+# (CUDA graphs, autotuning on: each process times cuBLASLt's kernels anew, and only kernels
+# whose results are bitwise the untuned choice's may win, so timing cannot change the bits).
+#   1. reference: 100 steps uninterrupted; and the same with --autotune 0: bit-identical to it.
 #   2. --stop-after 50, then --resume to 100: every logged loss, norm, lr and val loss of steps
 #      1..100 equals the reference's bit for bit, and the final model and state files are
-#      byte-identical to the reference's.
+#      byte-identical to the reference's. Again with the resumed half under --autotune 0.
 #   3. SIGINT mid-run: exit 0 with a checkpoint; --resume to 100: same comparison.
 #   4. kill -9 at random moments (3 times, checkpoints every 5 steps, keep last 3 + every 20):
 #      after each kill every checkpoint file under its final name is whole (sizes and checksums,
@@ -62,7 +63,7 @@ EOF
 
 COMMON=(-i "$WORK/data/rand_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
         -b 4 -t 128 -x 100 -l 1e-3 -u 10 --lr-schedule cosine --lr-final-frac 0.1 -c 0.1
-        -v 25 -m 4 --autotune 0 --seed 1234)
+        -v 25 -m 4 --seed 1234)
 
 # Verifies every checkpoint in a run directory; prints the newest complete step (or -1).
 verify_dir() {
@@ -148,6 +149,12 @@ same_files() {  # same_files DIR_A DIR_B STEP: model and state files byte-identi
 "$BIN" "${COMMON[@]}" -o "$WORK/ref" >"$WORK/ref.log" 2>&1
 verdict "reference run (100 steps)" $? "(see $WORK/ref.log)"
 grep -o 'build, [a-z0-9]* matmuls' "$WORK/ref.log" | head -1
+"$BIN" "${COMMON[@]}" --autotune 0 -o "$WORK/untuned" >"$WORK/untuned.log" 2>&1
+rc=$?
+out=$(compare_logs "$WORK/ref/log.jsonl" "$WORK/untuned/log.jsonl" 1 100 2>&1)
+st=$?  # before the message: a command substitution in it would reset $?
+[ $rc = 0 ] && [ $st = 0 ] && same_files "$WORK/ref" "$WORK/untuned" 100
+verdict "--autotune 0 against the default (autotuned) run: bit-identical: $(tail -1 <<<"$out")" $? "(exit $rc) $out"
 
 # --- 2. stop at 50, resume ---------------------------------------------------------------------
 "$BIN" "${COMMON[@]}" -o "$WORK/split" --stop-after 50 >"$WORK/split1.log" 2>&1
@@ -163,6 +170,14 @@ st=$?  # before the message: a command substitution in it would reset $?
 verdict "stop/resume: losses of steps 1..100 bit-identical: $(tail -1 <<<"$out")" $st "$out"
 same_files "$WORK/ref" "$WORK/split" 100
 verdict "stop/resume: final model and state files byte-identical" $?
+
+"$BIN" "${COMMON[@]}" -o "$WORK/split_untuned" --stop-after 50 >"$WORK/split_untuned1.log" 2>&1 &&
+    "$BIN" "${COMMON[@]}" --autotune 0 -o "$WORK/split_untuned" --resume >"$WORK/split_untuned2.log" 2>&1
+rc=$?
+out=$(compare_logs "$WORK/ref/log.jsonl" "$WORK/split_untuned/log.jsonl" 1 100 2>&1)
+st=$?  # before the message: a command substitution in it would reset $?
+[ $rc = 0 ] && [ $st = 0 ] && same_files "$WORK/ref" "$WORK/split_untuned" 100
+verdict "stop at 50, resumed with --autotune 0: bit-identical: $(tail -1 <<<"$out")" $? "(exit $rc) $out"
 
 # --- 3. SIGINT --------------------------------------------------------------------------------
 "$BIN" "${COMMON[@]}" -o "$WORK/sig" >"$WORK/sig1.log" 2>&1 &
@@ -279,7 +294,7 @@ with open(f"{out}/spiky_train_000000.bin", "wb") as f:
     f.write(header.tobytes()); f.write(tok.astype("<u2").tobytes())
 EOF
 OUTL=(-i "$WORK/odata/spiky_train_*.bin" -j "$WORK/data/rand_val_*.bin" -e "$WORK/model.bin"
-      -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --autotune 0 --seed 1234
+      -b 4 -t 128 -x 60 -l 1e-3 -u 10 -c 0.1 -v 25 -m 4 --seed 1234
       --skip-outliers 1 --outlier-window 10 --max-bad-steps 0)
 "$BIN" "${OUTL[@]}" -o "$WORK/outl" --checkpoint-every 1 --keep-last 100 >"$WORK/outl.log" 2>&1
 rc=$?

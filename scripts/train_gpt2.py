@@ -6,15 +6,20 @@ attention, LM head tied to wte) and writes every file the C++ side reads (format
 llmc/model_file.h and llmc/dataloader.h):
 
   model file      --write-model PATH [--model-dtype float32|bfloat16]
-  debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients, then our
-                  trailer with the losses of --dump-steps AdamW steps on that batch and the
-                  error of the same run under bf16 autocast, for the bf16 test's thresholds)
+  debug state     --write-state PATH  (one batch: logits, loss, all 16 gradients of a float64
+                  reference run, then our trailer with the losses of --dump-steps AdamW steps
+                  on that batch and the errors of the same run under bf16 autocast and with
+                  TF32 products, for the test's thresholds)
   tokenizer file  --write-tokenizer PATH --encoder-dir DIR
   token shards    --tokenize FILE --encoder-dir DIR --out-dir DIR   (GPT-2 byte-level BPE)
                   --random-shards DIR --num-tokens N                (random ids, for tests)
   training        -i GLOB [-j GLOB] ...  (one line per step, a summary, --json-summary PATH);
                   under torchrun data parallel (DDP), -b per rank, rank r reading rows
-                  [r*B, (r+1)*B) of the global batch a one-process run with -b world*B reads
+                  [r*B, (r+1)*B) of the global batch a one-process run with -b world*B reads.
+                  The benchmark's settings (--compile [--compile-mode], --fused-adamw, --dtype
+                  bfloat16, --sdpa-backend) make it a standard nanoGPT-style PyTorch: on a GPU the
+                  head runs on wte padded to Vp rows and the loss takes the autocast logits as
+                  they are (no fp32 copy of B*T*V logits), which torch.compile fuses
 
 The shard and tokenizer code is in make_shards.py next to this file (no torch needed there).
 Works on torch 1.13 (CPU) and torch 2.x (CUDA); newer features (torch.compile,
@@ -149,16 +154,64 @@ class Dist:
 # ------------------------------------------------------------------------------------------
 # The model (torch is imported lazily so that the tokenizer modes work without it)
 
+def tf32_round(t):
+    """t (float32) rounded to TF32: fp32's exponent, a 10-bit mantissa (the low 13 bits of the
+    pattern dropped after adding half of their range: to nearest, ties away from zero)."""
+    import torch
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
 def build_model_classes():
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
     has_sdpa = hasattr(F, "scaled_dot_product_attention")
 
+    class TF32Linear(torch.autograd.Function):
+        """x @ w^T + b with x and w rounded to TF32 and fp32 sums, and in backward the same for
+        each product (dy and w, dy and x): what cuBLAS does with allow_tf32, emulated on the
+        CPU, where TF32 does not exist."""
+
+        @staticmethod
+        def forward(ctx, x, w, b):
+            xr, wr = tf32_round(x), tf32_round(w)
+            ctx.save_for_backward(xr, wr)
+            ctx.has_bias = b is not None
+            y = xr @ wr.t()
+            return y + b if b is not None else y
+
+        @staticmethod
+        def backward(ctx, g):
+            xr, wr = ctx.saved_tensors
+            gr = tf32_round(g)
+            gw = gr.reshape(-1, gr.size(-1)).t() @ xr.reshape(-1, xr.size(-1))
+            gb = g.reshape(-1, g.size(-1)).sum(0) if ctx.has_bias else None
+            return gr @ wr, gw, gb
+
+    class TF32Matmul(torch.autograd.Function):
+        """a @ b (batched) with TF32-rounded inputs, forward and backward (see TF32Linear)."""
+
+        @staticmethod
+        def forward(ctx, a, b):
+            ar, br = tf32_round(a), tf32_round(b)
+            ctx.save_for_backward(ar, br)
+            return ar @ br
+
+        @staticmethod
+        def backward(ctx, g):
+            ar, br = ctx.saved_tensors
+            gr = tf32_round(g)
+            return gr @ br.transpose(-2, -1), ar.transpose(-2, -1) @ gr
+
+    def linear(x, mod, tf32):  # mod: an nn.Linear
+        return TF32Linear.apply(x, mod.weight, mod.bias) if tf32 else mod(x)
+
     class Block(nn.Module):
         def __init__(self, C, n_head, flash):
             super().__init__()
             self.n_head, self.flash = n_head, flash and has_sdpa
+            self.tf32 = False  # emulated TF32 products (GPT2.set_tf32_emulation)
             self.ln1, self.ln2 = nn.LayerNorm(C, eps=1e-5), nn.LayerNorm(C, eps=1e-5)
             self.qkv, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
             self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
@@ -167,19 +220,21 @@ def build_model_classes():
             B, T, C = x.shape
             # qkv rows: q, k, v, each split into heads of HS = C / NH consecutive channels
             q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                       for t in self.qkv(x).split(C, dim=2))
-            if self.flash:
+                       for t in linear(x, self.qkv, self.tf32).split(C, dim=2))
+            if self.flash and not self.tf32:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
-                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                mm = TF32Matmul.apply if self.tf32 else torch.matmul
+                att = mm(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
                 mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
                 att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-                y = att @ v
-            return self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+                y = mm(att, v)
+            return linear(y.transpose(1, 2).contiguous().view(B, T, C), self.attn_proj, self.tf32)
 
         def forward(self, x):
             x = x + self.attention(self.ln1(x))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            h = F.gelu(linear(self.ln2(x), self.fc, self.tf32), approximate="tanh")
+            return x + linear(h, self.fc_proj, self.tf32)
 
     class GPT2(nn.Module):
         def __init__(self, cfg, flash):
@@ -190,17 +245,41 @@ def build_model_classes():
             self.blocks = nn.ModuleList(Block(cfg["n_embd"], cfg["n_head"], flash)
                                         for _ in range(cfg["n_layer"]))
             self.lnf = nn.LayerNorm(cfg["n_embd"], eps=1e-5)
+            self.tf32 = False
+            # The reference and the dumps take the loss of bf16 logits in fp32 explicitly (as
+            # the autocast baselines always have); the benchmark (lean_head) leaves that to
+            # autocast's own fp32 policy for cross_entropy, which torch.compile fuses into the
+            # loss kernel instead of storing an fp32 copy of every logit. lean_head also runs
+            # the head on wte padded to Vp rows (a multiple of 128, like train_gpt2cu's GEMM):
+            # the padded logits are left out of the loss, so the padding rows get no gradient,
+            # and the model is the same as without it.
+            self.lean_head = False
 
-        def forward(self, idx, targets=None):
+        def set_tf32_emulation(self, on):
+            self.tf32 = on
+            for b in self.blocks:
+                b.tf32 = on
+
+        def forward(self, idx, targets=None, return_logits=True):
             pos = torch.arange(idx.size(1), device=idx.device)
             x = self.wte(idx) + self.wpe(pos)
             for block in self.blocks:
                 x = block(x)
-            logits = F.linear(self.lnf(x), self.wte.weight)  # the LM head is wte (tied)
+            V = self.cfg["vocab_size"]
+            w = self.wte.weight  # the LM head is wte (tied)
+            if self.lean_head and padded_vocab(V) > V:
+                w = F.pad(w, (0, 0, 0, padded_vocab(V) - V))
+            x = self.lnf(x)
+            logits = TF32Linear.apply(x, w, None) if self.tf32 else F.linear(x, w)
             loss = None
             if targets is not None:
-                loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
-            return logits, loss
+                flat = logits.view(-1, logits.size(-1))[:, :V]  # a view: no copy of the logits
+                if not self.lean_head and flat.dtype in (torch.bfloat16, torch.float16):
+                    flat = flat.float()
+                loss = F.cross_entropy(flat, targets.reshape(-1))
+            if not return_logits:
+                return None, loss
+            return (logits[..., :V] if w.size(0) > V else logits), loss
 
     return GPT2
 
@@ -291,17 +370,18 @@ def load_hf(hf_dir):
     return cfg, ours
 
 
-def file_tensors(model, grads=False):
-    """The 16 tensors of llmc/model_file.h as float32 numpy arrays, wte padded to Vp rows."""
+def file_tensors(model, grads=False, dtype=np.float32):
+    """The 16 tensors of llmc/model_file.h as numpy arrays (float32, or dtype), wte padded to Vp
+    rows."""
     def get(p):
         t = p.grad if grads else p
-        return t.detach().float().cpu().numpy()
+        return t.detach().cpu().numpy().astype(dtype)
 
     def stack(fn):
         return np.stack([get(fn(b)) for b in model.blocks])
 
     V, C = model.cfg["vocab_size"], model.cfg["n_embd"]
-    wte = np.zeros((padded_vocab(V), C), dtype=np.float32)
+    wte = np.zeros((padded_vocab(V), C), dtype=dtype)
     wte[:V] = get(model.wte.weight)
     yield wte
     yield get(model.wpe.weight)
@@ -419,10 +499,11 @@ def make_optimizer(model, args, fused=False):
 
 
 def clip(model, grad_clip):
+    """The gradient norm before clipping, as a device tensor (reading it waits for the GPU)."""
     import torch
     # clip_grad_norm_ scales by grad_clip / (norm + 1e-6) when that is below 1; 0 = no clipping
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                grad_clip if grad_clip > 0 else math.inf))
+    return torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                          grad_clip if grad_clip > 0 else math.inf)
 
 
 def set_precision(tf32, deterministic):
@@ -446,7 +527,8 @@ def rel_err(a, ref):
 
 def fwd_bwd_steps(model, x, y, args, autocast):
     """logits and loss of one forward, the 16 gradients, then the loss before each of
-    --dump-steps AdamW updates (losses[0] is the first loss). Mutates model."""
+    --dump-steps AdamW updates (losses[0] is the first loss). Arrays in float64, whatever the
+    model's precision. Mutates model."""
     model.train()
     model.zero_grad(set_to_none=True)
     opt = make_optimizer(model, args)
@@ -454,11 +536,11 @@ def fwd_bwd_steps(model, x, y, args, autocast):
         logits, loss = model(x, y)
     loss.backward()
     # Copies: on the CPU .numpy() shares the tensor's memory, and clipping scales grads in place.
-    logits = logits.detach().float().cpu().numpy().copy()
-    grads = [g.copy() for g in file_tensors(model, grads=True)]
+    logits = logits.detach().double().cpu().numpy().copy()
+    grads = [g.copy() for g in file_tensors(model, grads=True, dtype=np.float64)]
     losses, norms = [loss.item()], []
     for _ in range(1, args.dump_steps):
-        norms.append(clip(model, args.grad_clip))
+        norms.append(float(clip(model, args.grad_clip)))
         opt.step()
         opt.zero_grad(set_to_none=True)
         with autocast():
@@ -468,32 +550,69 @@ def fwd_bwd_steps(model, x, y, args, autocast):
     return logits, losses, grads, norms
 
 
+def baselines(run, ref):
+    """PyTorch's error of one run against the reference, in the trailer's order: logits and the
+    16 gradients as relative error norms, the loss and the step losses (the largest over the
+    steps, each run taking its own AdamW steps) as absolute differences."""
+    (logits, losses, grads, _), (r_logits, r_losses, r_grads, _) = run, ref
+    base = [rel_err(logits, r_logits), abs(losses[0] - r_losses[0])]
+    base += [rel_err(a, f) for a, f in zip(grads, r_grads)]
+    base.append(max(abs(a - f) for a, f in zip(losses, r_losses)))
+    return base
+
+
+TF32_NONE, TF32_MEASURED, TF32_EMULATED = 0, 1, 2
+
+
 def write_state(path, model, x, y, args):
-    """Debug state v2 + trailer (version 2), computed in float32 with TF32 off and deterministic
-    kernels; the trailer's baselines come from the same batch, from the same weights, under
-    torch.autocast(bfloat16): how far PyTorch's own bf16 run lands from its fp32 run."""
+    """Debug state v2 + trailer (version 3). The reference (logits, loss, gradients, the step
+    losses) runs in --state-dtype (float64 by default) with TF32 off and deterministic kernels,
+    from model's weights (model itself is left as it is). The trailer's baselines come from the
+    same batch and weights in float32: under torch.autocast(bfloat16), and with TF32 products
+    (allow_tf32 on a GPU; on the CPU, where TF32 does not exist, emulated by rounding every
+    product's inputs to TF32, --tf32-baseline): how far PyTorch's own runs in those precisions
+    land from the reference."""
     import contextlib
     import copy
     import torch
     set_precision(tf32=False, deterministic=True)
     B, T = x.shape
-    bf16_model = copy.deepcopy(model)  # the same initial weights, before any update
-    logits, losses, grads, norms = fwd_bwd_steps(model, x, y, args, contextlib.nullcontext)
-    print(f"state loss {losses[0]:.6f}")
+    ref_dtype = torch.float64 if args.state_dtype == "float64" else torch.float32
+    ref = fwd_bwd_steps(copy.deepcopy(model).to(ref_dtype), x, y, args, contextlib.nullcontext)
+    logits, losses, grads, norms = ref
+    print(f"state loss {losses[0]:.6f} ({args.state_dtype} reference)")
     for k in range(1, args.dump_steps):
         print(f"state step {k}: grad norm before the update {norms[k - 1]:.6f}, "
               f"loss {losses[k]:.6f}")
-    a_logits, a_losses, a_grads, _ = fwd_bwd_steps(
-        bf16_model, x, y, args,
+    autocast = fwd_bwd_steps(
+        copy.deepcopy(model), x, y, args,
         lambda: torch.autocast(device_type=x.device.type, dtype=torch.bfloat16))
-    del bf16_model
-    V = model.cfg["vocab_size"]
-    base = [rel_err(a_logits, logits), abs(a_losses[0] - losses[0])]
-    base += [rel_err(a, f) for a, f in zip(a_grads, grads)]
-    base.append(max(abs(a - f) for a, f in zip(a_losses, losses)))
+    base = baselines(autocast, ref)
+    del autocast
     names = ["logits", "loss"] + [f"grad {i}" for i in range(len(grads))] + ["step losses"]
-    print("bf16 autocast vs fp32 (rel. error norm; loss, step losses: abs): " +
+    print("bf16 autocast vs the reference (rel. error norm; loss, step losses: abs): " +
           ", ".join(f"{n} {b:.3e}" for n, b in zip(names, base)))
+    mode = args.tf32_baseline
+    if mode == "auto":
+        mode = "measure" if x.device.type == "cuda" else "emulate"
+    tf32_source, tf32_base = TF32_NONE, [0.0] * len(base)
+    if mode != "none":
+        tf32_model = copy.deepcopy(model)
+        if mode == "measure":
+            if x.device.type != "cuda":
+                fail("--tf32-baseline measure needs --device cuda (TF32 exists on NVIDIA GPUs "
+                     "only); use emulate or auto on the CPU")
+            set_precision(tf32=True, deterministic=True)
+            tf32_source = TF32_MEASURED
+        else:
+            tf32_model.set_tf32_emulation(True)
+            tf32_source = TF32_EMULATED
+        tf32_base = baselines(fwd_bwd_steps(tf32_model, x, y, args, contextlib.nullcontext), ref)
+        set_precision(tf32=False, deterministic=True)
+        del tf32_model
+        print(f"tf32 ({'measured' if tf32_source == TF32_MEASURED else 'emulated'}) vs the "
+              "reference: " + ", ".join(f"{n} {b:.3e}" for n, b in zip(names, tf32_base)))
+    V = model.cfg["vocab_size"]
     with open(path, "wb") as f:
         f.write(header(STATE_MAGIC, 2, B, T))
         f.write(x.cpu().numpy().astype("<i4").tobytes())
@@ -506,10 +625,13 @@ def write_state(path, model, x, y, args):
         f.write(struct.pack("<6f", args.lr, args.beta1, args.beta2, args.eps, args.weight_decay,
                             args.grad_clip))
         f.write(np.array(losses, dtype="<f4").tobytes())
-        f.write(struct.pack("<i", 2))  # trailer version 2: the autocast baselines follow
+        f.write(struct.pack("<i", 3))  # trailer version 3: llmc/model_file.h
         f.write(np.array(base, dtype="<f4").tobytes())
-    print(f"wrote {path}: debug state B={B} T={T}, {args.dump_steps} step losses, "
-          f"bf16 autocast baselines")
+        f.write(struct.pack("<2i", 64 if ref_dtype == torch.float64 else 32, tf32_source))
+        f.write(np.array(tf32_base, dtype="<f4").tobytes())
+    print(f"wrote {path}: debug state B={B} T={T}, {args.dump_steps} step losses "
+          f"({args.state_dtype} reference), bf16 autocast and "
+          f"{['no', 'measured', 'emulated'][tf32_source]} TF32 baselines")
 
 
 # ------------------------------------------------------------------------------------------
@@ -520,6 +642,8 @@ def lr_at(args, step):  # step is 1-based: linear warmup, then constant (as trai
         return args.lr * step / args.warmup
     return args.lr
 
+
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
@@ -566,16 +690,24 @@ def train_loop(args, model, cfg, device, dist):
     else:
         import contextlib
         autocast = contextlib.nullcontext
+    # The benchmark's head: wte padded to Vp rows, and the loss of bf16 logits left to autocast
+    # (GPT2.lean_head): the same model and losses, no fp32 copy of the logits.
+    model.lean_head = cuda
     fwd, ddp = model, None
     if dist.on:
         from torch.nn.parallel import DistributedDataParallel
         fwd = ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+    mode = args.compile_mode or "default"
+    graphs = mode in ("reduce-overhead", "max-autotune")  # the modes that add CUDA graphs
     if args.compile:
         if not hasattr(torch, "compile"):
             fail(f"--compile needs torch 2 or newer; this is torch {torch.__version__}")
         # After the DDP wrap, as PyTorch advises: DDPOptimizer splits the graph at the
         # gradient buckets so that their all-reduces overlap the backward.
-        fwd = torch.compile(fwd)
+        fwd = torch.compile(fwd, mode=None if mode == "default" else mode)
+    # A CUDA-graphed forward's outputs live in the graph's memory until the next replay; marking
+    # each forward as a new step lets the replay reuse that memory (the loss is copied out first).
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -589,7 +721,9 @@ def train_loop(args, model, cfg, device, dist):
         with torch.no_grad(), autocast():
             for _ in range(args.val_batches):
                 x, y = (torch.from_numpy(a).to(device) for a in val_loader.next_batch())
-                total += fwd(x, y)[1].double()
+                if graphs and mark_step is not None:
+                    mark_step()
+                total += fwd(x, y, return_logits=False)[1].double()
         return dist.sum(total).item() / (args.val_batches * world)
 
     model.train()
@@ -604,17 +738,20 @@ def train_loop(args, model, cfg, device, dist):
                 ddp.require_backward_grad_sync = micro == accum - 1
             x, y = (torch.from_numpy(a).to(device, non_blocking=True)
                     for a in train_loader.next_batch())
+            if graphs and mark_step is not None:
+                mark_step()
             with autocast():
-                _, loss = fwd(x, y)
+                _, loss = fwd(x, y, return_logits=False)
             (loss / accum).backward()
             loss_sum += loss.detach()
-        norm = clip(model, args.grad_clip)
+        norm_t = clip(model, args.grad_clip)  # read after the step: no wait for the GPU here
         lr = lr_at(args, step)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
         sync()
         ms = 1000.0 * (time.perf_counter() - t0)
+        norm = float(norm_t)
         loss_val = dist.sum(loss_sum).item() / (accum * world)  # the mean over all ranks
         times.append(ms)
         losses.append(loss_val)
@@ -639,13 +776,15 @@ def train_loop(args, model, cfg, device, dist):
         if cuda:
             print("peak memory per GPU, MiB: " +
                   ", ".join(f"rank {r} {m:.0f}" for r, m in enumerate(peaks)))
-    print(f"summary: {cfg['name']} B={B}{ranks_txt} T={T} {args.dtype} compile={args.compile} "
+    compiled = f"compile={args.compile}" + (f" mode={mode}" if args.compile else "")
+    print(f"summary: {cfg['name']} B={B}{ranks_txt} T={T} {args.dtype} {compiled} "
           f"flash={args.flash} sdpa={args.sdpa_backend} tf32={args.tf32} on {name} | median {median_ms:.2f} ms/step over "
           f"steps {skip + 1}..{args.steps} | {tok_s:.0f} tok/s | peak memory {peak_txt}")
     if args.json_summary and dist.rank == 0:
         summary = dict(median_ms=median_ms, tok_per_s=tok_s, peak_mem_mib=max(peaks),
                        steps=args.steps, B=B, T=T, config=cfg["name"], model=cfg,
-                       dtype=args.dtype, compile=args.compile, flash=args.flash, tf32=args.tf32,
+                       dtype=args.dtype, compile=args.compile, compile_mode=mode,
+                       flash=args.flash, tf32=args.tf32,
                        sdpa_backend=args.sdpa_backend,
                        device_name=name, torch_version=torch.__version__, losses=losses,
                        val_loss=val_loss, total_batch=args.total_batch, step_ms=times)
@@ -707,6 +846,13 @@ def parse_args(argv):
                    help="model file params: float32 (version 3) or bfloat16 (version 5)")
     w.add_argument("--write-state", metavar="PATH", help="write the debug state for one batch")
     w.add_argument("--dump-steps", type=int, default=10, help="losses in the trailer (10)")
+    w.add_argument("--state-dtype", choices=["float64", "float32"], default="float64",
+                   help="precision of the debug state's reference run (float64)")
+    w.add_argument("--tf32-baseline", choices=["auto", "emulate", "measure", "none"],
+                   default="auto",
+                   help="PyTorch's TF32 error in the state's trailer: measured with allow_tf32 "
+                   "(GPU), emulated by rounding every product's inputs to TF32 (CPU), or none "
+                   "(auto: measured on a GPU, emulated on the CPU)")
     w.add_argument("--write-tokenizer", metavar="PATH", help="write the tokenizer file")
     w.add_argument("--encoder-dir", help="dir with encoder.json + vocab.bpe (or HF names)")
     w.add_argument("--tokenize", metavar="FILE", help="BPE-encode a UTF-8 text file to shards")
@@ -739,6 +885,9 @@ def parse_args(argv):
                    help="training compute: bfloat16 = torch.autocast (the state is always fp32)")
     t.add_argument("--tf32", action="store_true", help="TF32 matmuls in training")
     t.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2)")
+    t.add_argument("--compile-mode", choices=COMPILE_MODES,
+                   help="torch.compile's mode (implies --compile): reduce-overhead and "
+                   "max-autotune replay the step's kernels as CUDA graphs")
     t.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) if available")
     t.add_argument("--val-every", type=int, default=0, help="validate every N steps (0 = end)")
     t.add_argument("--val-batches", type=int, default=20, help="batches per validation (20)")
@@ -810,6 +959,8 @@ def main(argv):
 
 
 def run_modes(parser, args, dist):
+    if args.compile_mode:
+        args.compile = True
     if args.greedy_from:
         if not args.prompt_ids or args.max_tokens < 1:
             fail("--greedy-from needs --prompt-ids IDS and --max-tokens >= 1")
@@ -882,9 +1033,6 @@ def run_modes(parser, args, dist):
     model.to(device)
     print(f"model {cfg['name']}: {sum(p.numel() for p in model.parameters())} parameters "
           f"on {device}")
-    initial = None
-    if args.write_state and args.input and args.steps > 0:
-        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if args.write_model and dist.rank == 0:
         write_model(args.write_model, model, args.model_dtype)
     if args.write_state:
@@ -895,9 +1043,7 @@ def run_modes(parser, args, dist):
             toks = np.random.RandomState(args.seed).randint(0, cfg["vocab_size"], B * T + 1)
             x, y = toks[:-1].reshape(B, T), toks[1:].reshape(B, T)
         x, y = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (x, y))
-        write_state(args.write_state, model, x, y, args)
-        if initial is not None:  # training starts from the initial weights again
-            model.load_state_dict(initial)
+        write_state(args.write_state, model, x, y, args)  # on copies: model stays as it was
     if args.input and args.steps > 0:
         train(args, model, cfg, device, dist)
 
