@@ -570,11 +570,8 @@ int main(int argc, char** argv) {
     // 6. Every step switch flipped: the same gradients and losses (see same_run_with_switches).
     tally.record(same_run_with_switches(&ctx, cfg, params, st, hyper, opt.recompute, opt.graph != 0,
                                         run.grads, run.step_losses));
-    std::printf(
-        "worst err/bound: logits %.3f loss %.3f grads %.3f steps %.3f
-        ", worst.logits,
-        worst.loss,
-        worst.grads, worst.steps);
+    std::printf("worst err/bound: logits %.3f loss %.3f grads %.3f steps %.3f\n", worst.logits,
+                worst.loss, worst.grads, worst.steps);
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);
     return tally.failed == 0 ? 0 : 1;
 }
