@@ -370,9 +370,11 @@ def load_hf(hf_dir):
     return cfg, ours
 
 
-def file_tensors(model, grads=False, dtype=np.float32):
+def file_tensors(model, grads=False, dtype=None):
     """The 16 tensors of llmc/model_file.h as numpy arrays (float32, or dtype), wte padded to Vp
     rows."""
+    dtype = np.float32 if dtype is None else dtype
+
     def get(p):
         t = p.grad if grads else p
         return t.detach().cpu().numpy().astype(dtype)
