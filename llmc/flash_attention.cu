@@ -1,4 +1,6 @@
-// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync.
+// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync, and the
+// dispatch between these kernels and the Hopper forward of flash_attention_sm90.cu (FlashPath in
+// flash_attention.cuh).
 //
 // Shapes: qkv (B, T, 3C), out (B, T, C), dqkv (B, T, 3C) bf16; lse, D (B, NH, T) float;
 // C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 (or 16*MT) rows.
@@ -46,6 +48,7 @@
 
 #include "check.h"
 #include "flash_attention.cuh"
+#include "flash_attention_sm90.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -1111,7 +1114,11 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
            aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
 }
 
-int flash_attention_variants(FlashPass pass) {
+int flash_attention_variants(FlashPass pass, FlashPath path) {
+    LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
+    if (path == FlashPath::kSm90) {
+        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants() : 0;
+    }
     switch (pass) {
         case FlashPass::kForward:
             return kForwardVariants;
@@ -1122,9 +1129,10 @@ int flash_attention_variants(FlashPass pass) {
     }
 }
 
-const char* flash_attention_variant_name(FlashPass pass, int variant) {
-    LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass),
+const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath path) {
+    LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass, path),
                "flash_attention_variant_name: no variant %d.", variant);
+    if (path == FlashPath::kSm90) return flash_attention_sm90_forward_variant_name(variant);
     switch (pass) {
         case FlashPass::kForward:
             return kForwardNames[variant];
@@ -1136,10 +1144,17 @@ const char* flash_attention_variant_name(FlashPass pass, int variant) {
 }
 
 void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,
-                             int T, int NH, int HS, int variant) {
+                             int T, int NH, int HS, int variant, FlashPath path) {
     NvtxRange range("flash_attention_forward");
     const void* ptrs[] = {out, lse, qkv};
     check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
+    LLMC_CHECK(path != FlashPath::kAuto || variant == 0,
+               "flash_attention_forward: variant %d needs a named path.", variant);
+    if (path == FlashPath::kSm90 ||
+        (path == FlashPath::kAuto && flash_attention_sm90_available(ctx, HS))) {
+        flash_attention_sm90_forward(ctx, out, lse, qkv, B, T, NH, HS, variant);
+        return;
+    }
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
                "flash_attention_forward: no variant %d.", variant);
     with_head_size("flash_attention_forward", HS, [&](auto hs) {

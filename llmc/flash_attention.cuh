@@ -24,16 +24,28 @@
 // partials), each rounded up to 256 bytes.
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 
-// Tile-shape variants of each pass, kept compiled so that dev/bench_attention can time them in
-// one run and dev/test_flash_attention can check each one; variant 0, the default, is the
-// fastest measured. Every variant computes the same values (within rounding) for every shape.
-enum class FlashPass { kForward, kDq, kDkdv };
-int flash_attention_variants(FlashPass pass);
-const char* flash_attention_variant_name(FlashPass pass, int variant);
+// Two sets of kernels: FlashAttention-2 style on mma.sync (any GPU the build targets, every
+// head size above) and, for the forward, FlashAttention-3 style on Hopper's wgmma and TMA
+// (flash_attention_sm90.cu: compute capability 9.0, a build with sm_90a code, HS 64 or 128).
+// kAuto takes the Hopper kernels where flash_attention_sm90_available says so; the others force
+// one set (the test and the benchmark run both). LLMC_FLASH_SM90=0 in the environment switches
+// the Hopper kernels off (kAuto then takes mma.sync; kSm90 fails).
+enum class FlashPath { kAuto, kMmaSync, kSm90 };
+bool flash_attention_sm90_available(const Context& ctx, int HS);
 
+// Tile-shape variants of each pass of a path, kept compiled so that dev/bench_attention can time
+// them in one run and dev/test_flash_attention can check each one; variant 0, the default, is
+// the fastest measured. Every variant computes the same values (within rounding) for every
+// shape. The Hopper path has forward variants only (0 for the backward passes).
+enum class FlashPass { kForward, kDq, kDkdv };
+int flash_attention_variants(FlashPass pass, FlashPath path = FlashPath::kMmaSync);
+const char* flash_attention_variant_name(FlashPass pass, int variant,
+                                         FlashPath path = FlashPath::kMmaSync);
+
+// With path kAuto, variant must be 0 (each path's default).
 void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
                              const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                             int variant = 0);
+                             int variant = 0, FlashPath path = FlashPath::kAuto);
 
 void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
