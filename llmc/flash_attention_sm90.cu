@@ -140,6 +140,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// 2^x for x <= 0 on the FMA and integer pipes instead of the SFU (whose 16 results per clock and
+// SM match the tensor cores' rate at HS = 64, so moving some of the exponentials off it can pay):
+// x = n + f with n = round(x) (the 1.5 * 2^23 trick), 2^f by a degree-4 polynomial on [-0.5, 0.5]
+// (relative error 2.7e-6, fitted for this: far below the bf16 rounding of P), and n added to the
+// exponent bits. x is clamped at -125 (2^-125 for anything smaller, where ex2.approx.ftz gives
+// 0 below -126; such a p is negligible against l >= 1).
+__device__ __forceinline__ float exp2_poly(float x) {
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+    x = fmaxf(x, -125.0f);
+    const float t = x + kRound;  // n in the low mantissa bits of t
+    const float f = x - (t - kRound);
+    float p = 0.009560510516166687f;
+    p = fmaf(p, f, 0.05591703951358795f);
+    p = fmaf(p, f, 0.24024981260299683f);
+    p = fmaf(p, f, 0.6931219696998596f);
+    p = fmaf(p, f, 0.9999991655349731f);
+    // t's mantissa holds 2^22 + n: shifted left by 23 only n << 23 remains (mod 2^32).
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // The producer's one thread: for each tile of this CTA, Q, then K and V of key tiles qb .. 0.
 template <int HS, int STAGES>
 __device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, STAGES>& sm, int NH,
@@ -174,8 +194,9 @@ __device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, S
 // units), l the running partial row sums (this thread's columns), alpha = exp2(m_old - m_new).
 // With MASK, keys after the row (local key index > row_local[i]) are masked. The first tile
 // is the diagonal one and every row has key k0 <= row there, so m is finite from then on (and
-// alpha = exp2(-inf) = 0 on the first tile, where O and l are still empty).
-template <bool MASK>
+// alpha = exp2(-inf) = 0 on the first tile, where O and l are still empty). With POLY > 0, the
+// exponentials of every POLY-th 8-key chunk use exp2_poly (not with MASK: masked keys need 0).
+template <bool MASK, int POLY>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float scale_log2, int row_local,
                                              int lane) {
@@ -207,7 +228,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
-                x = fast_exp2(fmaf(x, scale_log2, -m_new));
+                const float arg = fmaf(x, scale_log2, -m_new);
+                x = POLY > 0 && j % (POLY > 0 ? POLY : 1) == POLY - 1 ? exp2_poly(arg)
+                                                                      : fast_exp2(arg);
                 sum[j % 4] += x;
             }
         }
@@ -265,7 +288,7 @@ __device__ __forceinline__ void store_output(bf16* __restrict__ out, float* __re
 // One consumer warpgroup (cw = 0, 1: rows 64 cw .. 64 cw + 63 of each tile). Turns: S of the
 // diagonal tile; then for it = 1 .. n - 1, S of key tile it with P V of tile it - 1; then P V of
 // the last tile.
-template <int HS, int STAGES, bool PINGPONG>
+template <int HS, int STAGES, bool PINGPONG, int POLY>
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
@@ -299,7 +322,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __rest
             if (n == 1) release(sm.q_empty(), lane);
             m[0] = m[1] = -INFINITY;
             l[0] = l[1] = 0.0f;
-            softmax_tile<true>(s, m, l, alpha, scale_log2, row_local, lane);
+            softmax_tile<true, 0>(s, m, l, alpha, scale_log2, row_local, lane);
             accumulator_to_a(p, s);
         }
         for (int it = 1; it < n; it++) {
@@ -322,7 +345,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __rest
             fence_operands(s);
             release(sm.k_empty(st), lane);
             if (it == n - 1) release(sm.q_empty(), lane);
-            softmax_tile<false>(s, m, l, alpha, scale_log2, row_local, lane);
+            softmax_tile<false, POLY>(s, m, l, alpha, scale_log2, row_local, lane);
             wgmma_wait<0>();
             fence_operands(o);
             fence_operands(p);
@@ -356,7 +379,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __rest
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG>
+template <int HS, int STAGES, bool PINGPONG, int POLY>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -383,28 +406,30 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
         return;
     }
     setmaxnreg_inc<232>();
-    forward_consumer<HS, STAGES, PINGPONG>(sm, out, lse, T, NH, scale_log2, sched);
+    forward_consumer<HS, STAGES, PINGPONG, POLY>(sm, out, lse, T, NH, scale_log2, sched);
 #endif
 }
 
 // ---- Host ---------------------------------------------------------------------------------------
 
 // Variants: stages of the K/V ring, consumer turns, block order (-1: pairs where they balance,
-// else one tile per CTA; see "Block order"). Variant 0 is the design's default, not yet measured
-// against the others.
+// else one tile per CTA; see "Block order"), exponentials on the FMA pipe (every poly-th chunk;
+// 0: none). Variant 0 is the design's default, not yet measured against the others.
 struct ForwardVariant {
     int stages;
     bool pingpong;
     int mode;
+    int poly;
     const char* name;
 };
-constexpr int kForwardVariants = 5;
+constexpr int kForwardVariants = 6;
 constexpr ForwardVariant kVariants[kForwardVariants] = {
-    {2, true, -1, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
-    {2, true, kOneTileAlong, "128x128 tiles, 2 stages, ping-pong, one tile per CTA, heads apart"},
-    {2, false, -1, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles by balance"},
-    {3, true, -1, "128x128 tiles, 3 stages, ping-pong, pairs or tiles by balance"},
-    {2, true, kPairs, "128x128 tiles, 2 stages, ping-pong, always pairs"},
+    {2, true, -1, 0, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
+    {2, true, kOneTileAlong, 0, "128x128, 2 stages, ping-pong, one tile per CTA, heads apart"},
+    {2, false, -1, 0, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles by balance"},
+    {3, true, -1, 0, "128x128 tiles, 3 stages, ping-pong, pairs or tiles by balance"},
+    {2, true, kPairs, 0, "128x128 tiles, 2 stages, ping-pong, always pairs"},
+    {2, true, -1, 4, "as 0, 1 in 4 exponentials on the FMA pipe"},
 };
 
 template <typename Kernel>
@@ -414,11 +439,11 @@ bool set_smem(Kernel kernel, size_t bytes) {
     return true;
 }
 
-template <int HS, int STAGES, bool PINGPONG>
+template <int HS, int STAGES, bool PINGPONG, int POLY>
 void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
                     int NH, int mode) {
     constexpr size_t smem = ForwardSmem<HS, STAGES>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_forward_kernel<HS, STAGES, PINGPONG>;
+    auto* const kernel = flash_attention_sm90_forward_kernel<HS, STAGES, PINGPONG, POLY>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -439,7 +464,7 @@ void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, 
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err =
-        cudaFuncGetAttributes(&attr, flash_attention_sm90_forward_kernel<64, 2, true>);
+        cudaFuncGetAttributes(&attr, flash_attention_sm90_forward_kernel<64, 2, true, 0>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;
@@ -513,11 +538,13 @@ void flash_attention_sm90_forward(const Context& ctx, bf16* out, float* lse, con
     auto launch = [&](auto hs) {
         constexpr int kHS = decltype(hs)::value;
         if (v.stages == 3) {
-            forward_launch<kHS, 3, true>(ctx, out, lse, qkv, B, T, NH, v.mode);
+            forward_launch<kHS, 3, true, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
+        } else if (v.poly == 4) {
+            forward_launch<kHS, 2, true, 4>(ctx, out, lse, qkv, B, T, NH, v.mode);
         } else if (v.pingpong) {
-            forward_launch<kHS, 2, true>(ctx, out, lse, qkv, B, T, NH, v.mode);
+            forward_launch<kHS, 2, true, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
         } else {
-            forward_launch<kHS, 2, false>(ctx, out, lse, qkv, B, T, NH, v.mode);
+            forward_launch<kHS, 2, false, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
         }
     };
     if (HS == 64) {
