@@ -1,7 +1,6 @@
 // bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores: the
-// mma.sync kernels as "flash", the Hopper wgmma/TMA forward as "flash-sm90" where
-// flash_attention_sm90_available) against the cuBLASLt path (attention_*_cublas, in this build's
-// floatX), one table.
+// mma.sync kernels as "flash", the Hopper wgmma/TMA kernels as "flash-sm90" where they apply)
+// against the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
 //   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS] [--variants]
 //   (--shape: flash alone; --variants: also every tile-shape variant of flash, named in a legend)
@@ -126,11 +125,19 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
     // The backward reads the forward's out and lse of input set 0 for both sets: the timing
     // does not depend on the values.
     flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH, s.HS);
-    const Stats bwd = time_ms(ctx, iters, [&](int i) {
-        flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
-                                 d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T, s.NH, s.HS);
-    });
+    auto time_backward = [&](FlashPath path) {
+        return time_ms(ctx, iters, [&](int i) {
+            flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
+                                     d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T, s.NH,
+                                     s.HS, 0, 0, nullptr, path);
+        });
+    };
+    Stats bwd = time_backward(FlashPath::kMmaSync);
     print_row("flash", "bwd", s, 2.5 * gflop, bwd);
+    if (flash_attention_sm90_backward_available(ctx, s.HS)) {
+        bwd = time_backward(FlashPath::kSm90);
+        print_row("flash-sm90", "bwd", s, 2.5 * gflop, bwd);
+    }
     if (variants) {
         char impl[32];
         for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
@@ -150,7 +157,8 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
                 const Stats st = time_ms(ctx, iters, [&](int i) {
                     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
                                              d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T,
-                                             s.NH, s.HS, pass == 0 ? v : 0, pass == 1 ? v : 0);
+                                             s.NH, s.HS, pass == 0 ? v : 0, pass == 1 ? v : 0,
+                                             nullptr, FlashPath::kMmaSync);
                 });
                 std::snprintf(impl, sizeof(impl), "flash %s%d", pass == 0 ? "dq" : "dkdv", v);
                 print_row(impl, "bwd", s, 2.5 * gflop, st);

@@ -19,10 +19,10 @@
 // whether the bias is asked for), and a third the bias gradient. Every shape runs the default
 // tile-shape variants, then each other variant of one pass with the others at default
 // (flash_attention_variants).
-// Both sets of forward kernels run (flash_attention.cuh, FlashPath): mma.sync on every shape, and
-// the Hopper (sm_90a) kernels, every variant, on the shapes they take (HS 64, 128) where
-// flash_attention_sm90_available (else one SKIP line says why); the default path must equal its
-// kernels' variant 0 bit for bit. The backward runs its mma.sync kernels in every case.
+// Both sets of kernels run (flash_attention.cuh, FlashPath): mma.sync on every shape, and the
+// Hopper (sm_90a) kernels where flash_attention_sm90_available (else one SKIP line says why):
+// every forward variant on HS 64 and 128, each followed by the Hopper backward on HS 64 (the
+// mma.sync one on 128); the default path must equal its kernels' variant 0 bit for bit.
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
@@ -186,10 +186,11 @@ struct RunBytes {
 };
 
 // Tile-shape variants of the three passes (forward, dQ, dK/dV) for one run, and the kernels of
-// the forward (kAuto: whichever flash_attention_forward picks by default).
+// the forward and the backward (kAuto: whichever the launchers pick by default).
 struct Variants {
     int fwd, dq, dkdv;
     FlashPath fwd_path = FlashPath::kMmaSync;
+    FlashPath bwd_path = FlashPath::kMmaSync;
 };
 
 // With bias_init, the backward also adds the qkv bias gradient into dbias (set to bias_init).
@@ -206,7 +207,7 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const V
                             v.fwd_path);
     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
                              d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv,
-                             bias_init != nullptr ? d.dbias.get() : nullptr);
+                             bias_init != nullptr ? d.dbias.get() : nullptr, v.bwd_path);
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
@@ -249,12 +250,12 @@ void check_vs_plain(const char* label, const char* what, const std::vector<float
 RunBytes test_variants(const Context& ctx, const Reference& r, DeviceTensors& d,
                        const Variants& v) {
     const Shape& s = r.s;
-    const char* path = v.fwd_path == FlashPath::kSm90   ? "sm90 "
-                       : v.fwd_path == FlashPath::kAuto ? "auto "
-                                                        : "";
+    auto path = [](FlashPath p) {
+        return p == FlashPath::kSm90 ? "sm90 " : p == FlashPath::kAuto ? "auto " : "";
+    };
     char label[96];
-    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (%sfwd%d dq%d dkdv%d)", s.B, s.T,
-                  s.NH, s.HS, path, v.fwd, v.dq, v.dkdv);
+    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (%sfwd%d %sdq%d dkdv%d)", s.B, s.T,
+                  s.NH, s.HS, path(v.fwd_path), v.fwd, path(v.bwd_path), v.dq, v.dkdv);
 
     const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true, &r.bias_init);
     const size_t BT = (size_t)s.B * s.T;
@@ -314,19 +315,27 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
         test_variants(ctx, r, d, Variants{v, 0, 0});
     }
+    // The Hopper forward's variants, each with the Hopper backward where it applies.
+    const bool sm90_fwd = flash_attention_sm90_available(ctx, s.HS);
+    const FlashPath bwd =
+        flash_attention_sm90_backward_available(ctx, s.HS) ? FlashPath::kSm90 : FlashPath::kMmaSync;
     RunBytes sm90;
-    for (int v = 0; flash_attention_sm90_available(ctx, s.HS) &&
-                    v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90);
+    for (int v = 0; sm90_fwd && v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90);
          v++) {
-        const RunBytes run = test_variants(ctx, r, d, Variants{v, 0, 0, FlashPath::kSm90});
+        const RunBytes run = test_variants(ctx, r, d, Variants{v, 0, 0, FlashPath::kSm90, bwd});
         if (v == 0) sm90 = run;
     }
-    const RunBytes autom = test_variants(ctx, r, d, Variants{0, 0, 0, FlashPath::kAuto});
-    const RunBytes& expected = flash_attention_sm90_available(ctx, s.HS) ? sm90 : mma;
-    char name[96];
-    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s", s.B, s.T, s.NH, s.HS,
-                  flash_attention_sm90_available(ctx, s.HS) ? "sm90 fwd0" : "mma.sync fwd0");
+    const RunBytes autom =
+        test_variants(ctx, r, d, Variants{0, 0, 0, FlashPath::kAuto, FlashPath::kAuto});
+    const RunBytes& expected = sm90_fwd ? sm90 : mma;
+    char name[128];
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s out", s.B, s.T, s.NH, s.HS,
+                  sm90_fwd ? "sm90" : "mma.sync");
     check_bitwise_equal(name, expected.out, autom.out);
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s dqkv, dbias", s.B, s.T, s.NH,
+                  s.HS, bwd == FlashPath::kSm90 ? "sm90" : "mma.sync");
+    check_bitwise_equal(name, expected.dqkv, autom.dqkv);
+    check_bitwise_equal(name, expected.dbias, autom.dbias);
     for (int v = 1; v < flash_attention_variants(FlashPass::kDq); v++) {
         test_variants(ctx, r, d, Variants{0, v, 0});
     }

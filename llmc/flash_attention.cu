@@ -42,6 +42,7 @@
 //                  (20%) (3.831)
 // PyTorch 2.11 (scripts/bench_attention.py, an earlier run), HS=64 T=1024: flash backend
 // 0.470 / 2.825 ms, cuDNN 0.292 / 2.343 ms (forward / backward).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -1110,14 +1111,16 @@ size_t bias_part_rows_max(int B, int T) {
 }  // namespace
 
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
-    return aligned_bytes((size_t)B * NH * T * sizeof(float)) +
-           aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
+    const size_t mma =
+        aligned_bytes((size_t)B * NH * T * sizeof(float)) +
+        aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
+    return std::max(mma, flash_attention_sm90_scratch_bytes(B, T, NH, HS));
 }
 
 int flash_attention_variants(FlashPass pass, FlashPath path) {
     LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
     if (path == FlashPath::kSm90) {
-        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants() : 0;
+        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants() : 1;
     }
     switch (pass) {
         case FlashPass::kForward:
@@ -1132,7 +1135,11 @@ int flash_attention_variants(FlashPass pass, FlashPath path) {
 const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath path) {
     LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass, path),
                "flash_attention_variant_name: no variant %d.", variant);
-    if (path == FlashPath::kSm90) return flash_attention_sm90_forward_variant_name(variant);
+    if (path == FlashPath::kSm90) {
+        if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
+        return pass == FlashPass::kDq ? "wgmma, 128 query rows x 64-key tiles"
+                                      : "wgmma, 128 keys x 64-query tiles";
+    }
     switch (pass) {
         case FlashPass::kForward:
             return kForwardNames[variant];
@@ -1167,15 +1174,33 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
-                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias) {
+                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias,
+                              FlashPath path) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
     LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
                    dkdv_variant < kDkdvVariants,
                "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
-    float* D = static_cast<float*>(scratch);
+    LLMC_CHECK(path != FlashPath::kAuto || (dq_variant == 0 && dkdv_variant == 0),
+               "flash_attention_backward: variants %d / %d need a named path.", dq_variant,
+               dkdv_variant);
     const int C = NH * HS;
+    if (path == FlashPath::kSm90 ||
+        (path == FlashPath::kAuto && flash_attention_sm90_backward_available(ctx, HS))) {
+        LLMC_CHECK(dq_variant == 0 && dkdv_variant == 0,
+                   "flash_attention_backward: the Hopper path has no variants (got %d / %d).",
+                   dq_variant, dkdv_variant);
+        const BiasPartials parts = flash_attention_sm90_backward(
+            ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr);
+        if (dbias != nullptr) {
+            qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
+                dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
+            CUDA_CHECK_LAST();
+        }
+        return;
+    }
+    float* D = static_cast<float*>(scratch);
     float* part_q = nullptr;
     float* part_kv = nullptr;
     if (dbias != nullptr) {

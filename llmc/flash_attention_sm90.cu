@@ -26,10 +26,11 @@
 // i-th longest and the i-th shortest of a head: the same work for every pair) in head order, so
 // that a head's tiles run at the same time and share its K and V in L2, and the producer loads
 // the next tile while the consumers finish the last; when the pairs do not split evenly over the
-// SMs (the last round under kPairsBalance full), one tile per CTA instead, every head's longest
-// tile first (as the mma.sync kernels do for small grids), and the hardware balances the CTAs.
-// FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes all of its 128 x 128
-// scores (12.5% more than useful at T = 1024). Bytes: qkv read about once from DRAM, out written.
+// SMs (the last round under kPairsBalance full: flash_attention_sm90.cuh), one tile per CTA
+// instead, every head's longest tile first (as the mma.sync kernels do for small grids), and the
+// hardware balances the CTAs. FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes
+// all of its 128 x 128 scores (12.5% more than useful at T = 1024). Bytes: qkv read about once from
+// DRAM, out written.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -50,29 +51,7 @@ typedef __nv_bfloat16 bf16;
 constexpr int kBM = 128;  // query rows of a tile (64 per consumer warpgroup)
 constexpr int kBN = 128;  // keys of a K / V tile; kBM == kBN puts the diagonal in one tile
 constexpr int kThreads = 384;
-constexpr double kPairsBalance = 0.9;
 constexpr float kLog2e = 1.4426950408889634f;
-
-// The launch bound is kThreads in sm_90a device code and 32 in other device code, where the
-// kernels are empty: flash_attention_sm90_available reads it back (cudaFuncGetAttributes) to
-// learn whether the loaded image has the sm_90a kernels, and a launch of an empty one fails.
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define LLMC_SM90_LAUNCH_BOUND 32
-#else
-#define LLMC_SM90_LAUNCH_BOUND 384
-#endif
-
-// ---- Block order ----------------------------------------------------------------------------
-
-enum ScheduleMode : int {
-    kOneTileAcross = 0,  // CTA t: head t % heads, the (t / heads)-th longest tile
-    kOneTileAlong = 1,   // CTA t: head t / n_q, the (t % n_q)-th longest tile
-    kPairs = 2,          // persistent: CTA c takes pairs c, c + grid, ... in head order
-};
-
-struct TileSchedule {
-    int mode, heads, n_q;  // n_q: query tiles per head
-};
 
 // ---- Shared memory ------------------------------------------------------------------------------
 
@@ -112,34 +91,6 @@ constexpr int kConsumerWarps = 8;
 // Named barriers of the consumers' turns (0 is __syncthreads').
 constexpr int kTurnBarrier = 1;
 
-struct Tile {
-    int bh, qb;
-    bool done;   // no more work for this CTA
-    bool valid;  // false: the second half of a middle pair (a tile paired with itself)
-};
-
-// The i-th tile of this CTA. Producer and consumers walk the same sequence.
-__device__ __forceinline__ Tile schedule_tile(const TileSchedule& s, int i, int cta, int grid) {
-    if (s.mode != kPairs) {
-        if (i > 0) return Tile{0, 0, true, false};
-        if (s.mode == kOneTileAcross)
-            return Tile{cta % s.heads, s.n_q - 1 - cta / s.heads, false, true};
-        return Tile{cta / s.n_q, s.n_q - 1 - cta % s.n_q, false, true};
-    }
-    const int per_head = (s.n_q + 1) / 2;
-    const long long pair = cta + (long long)(i / 2) * grid;
-    if (pair >= (long long)s.heads * per_head) return Tile{0, 0, true, false};
-    const int u = (int)(pair % per_head), longest = s.n_q - 1 - u;
-    if (i % 2 == 1 && u == longest) return Tile{0, 0, false, false};
-    return Tile{(int)(pair / per_head), i % 2 == 0 ? longest : u, false, true};
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // 2^x for x <= 0 on the FMA and integer pipes instead of the SFU (whose 16 results per clock and
 // SM match the tensor cores' rate at HS = 64, so moving some of the exponentials off it can pay):
 // x = n + f with n = round(x) (the 1.5 * 2^23 trick), 2^f by a degree-4 polynomial on [-0.5, 0.5]
@@ -168,14 +119,14 @@ __device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, S
     prefetch_tensor_map(map);
     int kv = 0, tiles = 0;  // K/V tiles and query tiles loaded so far (ring position and phase)
     for (int i = 0;; i++) {
-        const Tile t = schedule_tile(sched, i, blockIdx.x, gridDim.x);
+        const Tile t = schedule_tile(sched, i);
         if (t.done) break;
         if (!t.valid) continue;
-        const int b = t.bh / NH, h = t.bh % NH;
+        const int b = t.bh / NH, h = t.bh % NH, qb = sched.n - 1 - t.rank;
         mbar_wait(sm.q_empty(), (tiles & 1) ^ 1);
         mbar_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
-        tma_load_tile<HS, kBM>(sm.q(), map, sm.q_full(), h, t.qb * kBM, b);
-        for (int kb = t.qb; kb >= 0; kb--, kv++) {
+        tma_load_tile<HS, kBM>(sm.q(), map, sm.q_full(), h, qb * kBM, b);
+        for (int kb = qb; kb >= 0; kb--, kv++) {
             const int s = kv % STAGES;
             const uint32_t phase = ((kv / STAGES) & 1) ^ 1;
             mbar_wait(sm.k_empty(s), phase);
@@ -244,12 +195,6 @@ __device__ __forceinline__ void rescale(float (&o)[HS / 2], const float (&alpha)
     for (int e = 0; e < HS / 2; e++) o[e] *= alpha[(e / 2) % 2];
 }
 
-// One arrival per consumer warp on an "empty" barrier, once the warp's wgmmas that read the
-// stage have completed (a completed wgmma has completed for the whole warpgroup).
-__device__ __forceinline__ void release(uint32_t bar, int lane) {
-    if (lane == 0) mbar_arrive(bar);
-}
-
 // The turns of the two consumer warpgroups (PINGPONG): warpgroup cw waits for its barrier
 // before issuing and then releases the other's.
 template <bool PINGPONG>
@@ -302,10 +247,10 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __rest
     uint32_t p[32] = {};
     int kv = 0, tiles = 0;
     for (int i = 0;; i++) {
-        const Tile t = schedule_tile(sched, i, blockIdx.x, gridDim.x);
+        const Tile t = schedule_tile(sched, i);
         if (t.done) break;
         if (!t.valid) continue;
-        const int n = t.qb + 1;  // key tiles qb (the diagonal) .. 0
+        const int qb = sched.n - 1 - t.rank, n = qb + 1;  // key tiles qb (the diagonal) .. 0
         mbar_wait_warp(sm.q_full(), tiles & 1);
         {
             const int st = kv % STAGES;
@@ -367,7 +312,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __rest
             fence_operands(o);
             release(sm.v_empty(st), lane);
         }
-        store_output<HS>(out, lse, o, m, l, t.qb * kBM + row_local, T, t.bh / NH, t.bh % NH, NH,
+        store_output<HS>(out, lse, o, m, l, qb * kBM + row_local, T, t.bh / NH, t.bh % NH, NH,
                          lane);
         kv += n;
         tiles++;
@@ -447,14 +392,8 @@ void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, 
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
-    TileSchedule sched{mode, B * NH, (T + kBM - 1) / kBM};
-    const long long pairs = (long long)sched.heads * ((sched.n_q + 1) / 2);
-    if (sched.mode < 0) {
-        const double per_sm = (double)pairs / ctx_num_sms(ctx);
-        sched.mode = per_sm / std::ceil(per_sm) >= kPairsBalance ? kPairs : kOneTileAcross;
-    }
-    const long long grid = sched.mode == kPairs ? std::min<long long>(pairs, ctx_num_sms(ctx))
-                                                : (long long)sched.heads * sched.n_q;
+    const TileSchedule sched = make_schedule(ctx, mode, B * NH, (T + kBM - 1) / kBM);
+    const long long grid = schedule_grid(ctx, sched);
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     kernel<<<(unsigned)grid, kThreads, smem, ctx.stream>>>(map, out, lse, T, NH, scale_log2, sched);
     CUDA_CHECK_LAST();

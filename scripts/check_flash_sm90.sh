@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# check_flash_sm90.sh: the Hopper flash attention (llmc/flash_attention_sm90.cu) on an H100/H200,
-# in one call: build what is missing, then
+# check_flash_sm90.sh: the Hopper flash attention (llmc/flash_attention_sm90*.cu: forward, and
+# backward for HS=64) on an H100/H200, in one call: build what is missing, then
 #   layout    build/bf16/dev/test_wgmma_tiles (TMA tile, wgmma SS and RS tiles against the CPU)
 #   test      build/bf16/dev/test_flash_attention (both paths, every variant, every shape)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_wgmma_tiles and on
