@@ -2,7 +2,9 @@
 # check_flash_sm90.sh: the Hopper flash attention (llmc/flash_attention_sm90*.cu: forward, and
 # backward for HS=64) on an H100/H200, in one call: build what is missing, then
 #   layout    build/bf16/dev/test_wgmma_tiles (TMA tile, wgmma SS and RS tiles against the CPU)
-#   test      build/bf16/dev/test_flash_attention (both paths, every variant, every shape)
+#   test      build/bf16/dev/test_flash_attention (both paths, every variant, every shape), then
+#             again on the small shapes with LLMC_FLASH_SM90=0 (must print "SKIP sm90 path" and
+#             pass on the mma.sync kernels alone)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_wgmma_tiles and on
 #             test_flash_attention --small
 #   bench     build/bf16/dev/bench_attention --variants, then scripts/bench_attention.py (PyTorch's
@@ -42,7 +44,12 @@ make -j"$(nproc)" $BINS >"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log";
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 
 want layout && step layout 120 build/bf16/dev/test_wgmma_tiles
-want test && step test 900 build/bf16/dev/test_flash_attention
+if want test; then
+    step test 900 build/bf16/dev/test_flash_attention
+    step test_switched_off 300 env LLMC_FLASH_SM90=0 build/bf16/dev/test_flash_attention --small
+    grep -q "^SKIP sm90 path" "$LOGS/test_switched_off.log" ||
+        results+=("FAIL test_switched_off (LLMC_FLASH_SM90=0 did not switch the Hopper kernels off)")
+fi
 if want sanitize; then
     CS=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     for tool in memcheck racecheck synccheck; do
