@@ -31,7 +31,7 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 // for HS 64). kAuto takes the Hopper kernels where flash_attention_sm90_available (forward) or
 // flash_attention_sm90_backward_available says so; the others force one set (the test and the
 // benchmark run both). LLMC_FLASH_SM90=0 in the environment switches the Hopper kernels off
-// (kAuto then takes mma.sync; kSm90 fails).
+// (kAuto then takes mma.sync; kSm90 fails), LLMC_FLASH_SM90=fwd the Hopper backward alone.
 enum class FlashPath { kAuto, kMmaSync, kSm90 };
 bool flash_attention_sm90_available(const Context& ctx, int HS);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);

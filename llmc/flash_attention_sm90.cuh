@@ -32,10 +32,10 @@ void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float*
                                   int variant);
 
 // Backward (flash_attention_sm90_backward.cu): dq, dk, dv into dqkv (overwritten), the contract
-// of flash_attention_backward, scratch of flash_attention_sm90_scratch_bytes; HS 64 (the
-// available check says so). With bias, it also writes the float partial rows of the qkv bias
-// gradient, which flash_attention.cu's reduce kernel adds into dbias: their pointers and row
-// counts are returned (null pointers without bias).
+// of flash_attention_backward, scratch of flash_attention_sm90_scratch_bytes; HS 64
+// (flash_attention_sm90_backward_available: also false with LLMC_FLASH_SM90=fwd). With bias, it
+// also writes the float partial rows of the qkv bias gradient, which flash_attention.cu's reduce
+// kernel adds into dbias: their pointers and row counts are returned (null pointers without bias).
 struct BiasPartials {
     float* q;
     int rows_q;

@@ -30,6 +30,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "check.h"
 #include "flash_attention_sm90.cuh"
@@ -603,8 +605,13 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
 }  // namespace
 
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS) {
+    static const bool enabled = [] {  // LLMC_FLASH_SM90=fwd keeps the Hopper forward alone
+        const char* v = std::getenv("LLMC_FLASH_SM90");
+        return v == nullptr || std::strcmp(v, "fwd") != 0;
+    }();
+    if (!enabled || HS != 64 || !flash_attention_sm90_available(ctx, HS)) return false;
     static const bool image = image_has_backward_kernels();
-    return HS == 64 && flash_attention_sm90_available(ctx, HS) && image;
+    return image;
 }
 
 size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS) {

@@ -4,7 +4,8 @@
 #   layout    build/bf16/dev/test_wgmma_tiles (TMA tile, wgmma SS and RS tiles against the CPU)
 #   test      build/bf16/dev/test_flash_attention (both paths, every variant, every shape), then
 #             again on the small shapes with LLMC_FLASH_SM90=0 (must print "SKIP sm90 path" and
-#             pass on the mma.sync kernels alone)
+#             pass on the mma.sync kernels alone) and with LLMC_FLASH_SM90=fwd (Hopper forward,
+#             mma.sync backward)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on test_wgmma_tiles and on
 #             test_flash_attention --small
 #   bench     build/bf16/dev/bench_attention --variants, then scripts/bench_attention.py (PyTorch's
@@ -49,6 +50,7 @@ if want test; then
     step test_switched_off 300 env LLMC_FLASH_SM90=0 build/bf16/dev/test_flash_attention --small
     grep -q "^SKIP sm90 path" "$LOGS/test_switched_off.log" ||
         results+=("FAIL test_switched_off (LLMC_FLASH_SM90=0 did not switch the Hopper kernels off)")
+    step test_forward_only 300 env LLMC_FLASH_SM90=fwd build/bf16/dev/test_flash_attention --small
 fi
 if want sanitize; then
     CS=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
