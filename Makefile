@@ -31,7 +31,7 @@ HOSTBUILD := build/host
 
 COMMON_FLAGS := -O3 -std=c++17 -Illmc -Idev -I$(CUDA_HOME)/include
 NVCC_FLAGS := $(COMMON_FLAGS) $(PREC_FLAGS) -lineinfo \
-  -gencode=arch=compute_$(ARCH_NUM),code=sm_$(ARCH_NUM) \
+  -gencode=arch=compute_$(ARCH_NUM)$(if $(filter 90,$(ARCH_NUM)),a),code=sm_$(ARCH_NUM)$(if $(filter 90,$(ARCH_NUM)),a) \
   -Xptxas --warn-on-spills -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 CXX_FLAGS := $(COMMON_FLAGS) -Wall -Wextra -Werror -Wno-unused-parameter -DLLMC_WITH_CUDA
 LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread

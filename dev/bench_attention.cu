@@ -1,5 +1,6 @@
-// bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores) against
-// the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
+// bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores: the
+// mma.sync kernels as "flash", the Hopper wgmma/TMA kernels as "flash-sm90" where they apply)
+// against the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
 //   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS] [--variants]
 //   (--shape: flash alone; --variants: also every tile-shape variant of flash, named in a legend)
@@ -9,10 +10,12 @@
 // also given as a percentage of 800 TFLOP/s, the project's measured bf16 dense ceiling of an
 // H100. Each pass is timed on its own with CUDA events on ctx.stream after 5 warm-up runs;
 // median, min and p90 over the iterations. Inputs are seeded random values (never zeros), two
-// sets used in turn; every working set here (>= 75 MB of qkv) is larger than the H100's 50 MB
-// L2, so no pass reads its inputs from L2 left by the previous one.
-// The last line gives 12 layers of forward + backward at GPT-2 d12's B=64 T=1024 (the figure
-// scripts/bench_attention.py prints for PyTorch).
+// sets used in turn; every working set here but B=4's (>= 75 MB of qkv) is larger than the
+// H100's 50 MB L2, so no pass reads its inputs from L2 left by the previous one. At B=4 (19 MB of
+// qkv a set) they may stay in L2, as they do in a training step, where the qkv GEMM has just
+// written them.
+// The last line gives 12 layers of forward + backward at GPT-2 d12's B=64 T=1024 with the
+// kernels the trainer takes by default (the figure scripts/bench_attention.py prints for PyTorch).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -99,34 +102,52 @@ struct Buffers {
     }
 };
 
-// Returns the median forward + backward time of flash (default variants) in ms. With
+// Returns the median forward + backward time of flash (default path and variants) in ms. With
 // `variants`, also times every other tile-shape variant of each pass (the backward with one
-// kernel's variant swapped, the other kernel at its default).
+// kernel's variant swapped, the other kernel at its default), of both paths.
 double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants) {
     Buffers<__nv_bfloat16> d(s, flash_attention_scratch_bytes(s.B, s.T, s.NH, s.HS), 1);
     const double gflop = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2 / 1e9;
-    const Stats fwd = time_ms(ctx, iters, [&](int i) {
-        flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(), s.B, s.T, s.NH,
-                                s.HS);
-    });
-    print_row("flash", "fwd", s, gflop, fwd);
+    const bool sm90 = flash_attention_sm90_available(ctx, s.HS);
+    auto time_forward = [&](FlashPath path, int v) {
+        return time_ms(ctx, iters, [&](int i) {
+            flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(), s.B, s.T, s.NH,
+                                    s.HS, v, path);
+        });
+    };
+    const Stats mma_fwd = time_forward(FlashPath::kMmaSync, 0);
+    print_row("flash", "fwd", s, gflop, mma_fwd);
+    Stats fwd = mma_fwd;
+    if (sm90) {
+        fwd = time_forward(FlashPath::kSm90, 0);
+        print_row("flash-sm90", "fwd", s, gflop, fwd);
+    }
     // The backward reads the forward's out and lse of input set 0 for both sets: the timing
     // does not depend on the values.
     flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH, s.HS);
-    const Stats bwd = time_ms(ctx, iters, [&](int i) {
-        flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
-                                 d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T, s.NH, s.HS);
-    });
+    auto time_backward = [&](FlashPath path) {
+        return time_ms(ctx, iters, [&](int i) {
+            flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
+                                     d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T, s.NH,
+                                     s.HS, 0, 0, nullptr, path);
+        });
+    };
+    Stats bwd = time_backward(FlashPath::kMmaSync);
     print_row("flash", "bwd", s, 2.5 * gflop, bwd);
+    if (flash_attention_sm90_backward_available(ctx, s.HS)) {
+        bwd = time_backward(FlashPath::kSm90);
+        print_row("flash-sm90", "bwd", s, 2.5 * gflop, bwd);
+    }
     if (variants) {
         char impl[32];
         for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
-            const Stats st = time_ms(ctx, iters, [&](int i) {
-                flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(), s.B, s.T,
-                                        s.NH, s.HS, v);
-            });
             std::snprintf(impl, sizeof(impl), "flash fwd%d", v);
-            print_row(impl, "fwd", s, gflop, st);
+            print_row(impl, "fwd", s, gflop, time_forward(FlashPath::kMmaSync, v));
+        }
+        for (int v = 1; sm90 && v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90);
+             v++) {
+            std::snprintf(impl, sizeof(impl), "sm90 fwd%d", v);
+            print_row(impl, "fwd", s, gflop, time_forward(FlashPath::kSm90, v));
         }
         flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH,
                                 s.HS);
@@ -136,7 +157,8 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
                 const Stats st = time_ms(ctx, iters, [&](int i) {
                     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout[i]->get(),
                                              d.qkv[i]->get(), d.out.get(), d.lse.get(), s.B, s.T,
-                                             s.NH, s.HS, pass == 0 ? v : 0, pass == 1 ? v : 0);
+                                             s.NH, s.HS, pass == 0 ? v : 0, pass == 1 ? v : 0,
+                                             nullptr, FlashPath::kMmaSync);
                 });
                 std::snprintf(impl, sizeof(impl), "flash %s%d", pass == 0 ? "dq" : "dkdv", v);
                 print_row(impl, "bwd", s, 2.5 * gflop, st);
@@ -208,12 +230,21 @@ int main(int argc, char** argv) {
                             flash_attention_variant_name(passes[p], v));
             }
         }
+        for (int v = 0; v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90); v++) {
+            std::printf("  sm90 fwd%d: %s\n", v,
+                        flash_attention_variant_name(FlashPass::kForward, v, FlashPath::kSm90));
+        }
     }
     std::printf(
         "| impl         | pass|   B |     T |  NH |  HS |    median |       min |       "
         "p90 | TFLOP/s | of 800 |\n");
-    const Shape shapes[] = {
-        {64, 256, 12, 64}, {64, 1024, 12, 64}, {64, 2048, 12, 64}, {64, 1024, 12, 128}};
+    // GPT-2 d12 at B=64 and B=4 (a grid under two waves), longer T at the same B*T*T (x2 at
+    // T=2048), HS=128.
+    const Shape shapes[] = {{64, 1024, 12, 64},
+                            {4, 1024, 12, 64},
+                            {64, 2048, 12, 64},
+                            {16, 4096, 12, 64},
+                            {64, 1024, 12, 128}};
     if (only.B > 0) {
         bench_flash(ctx, only, iters, variants);
         return 0;
@@ -221,7 +252,7 @@ int main(int argc, char** argv) {
     double d12_ms = 0.0;
     for (const Shape& s : shapes) {
         const double ms = bench_flash(ctx, s, iters, variants);
-        if (s.T == 1024 && s.HS == 64) d12_ms = ms;
+        if (s.B == 64 && s.T == 1024 && s.HS == 64) d12_ms = ms;
         bench_cublas(ctx, s, iters);
     }
     std::printf("flash, 12 layers fwd+bwd at B=64 T=1024 NH=12 HS=64: %.2f ms\n", 12 * d12_ms);

@@ -19,6 +19,10 @@
 // whether the bias is asked for), and a third the bias gradient. Every shape runs the default
 // tile-shape variants, then each other variant of one pass with the others at default
 // (flash_attention_variants).
+// Both sets of kernels run (flash_attention.cuh, FlashPath): mma.sync on every shape, and the
+// Hopper (sm_90a) kernels where flash_attention_sm90_available (else one SKIP line says why):
+// every forward variant on HS 64 and 128, each followed by the Hopper backward on HS 64 (the
+// mma.sync one on 128); the default path must equal its kernels' variant 0 bit for bit.
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
@@ -181,9 +185,12 @@ struct RunBytes {
     std::vector<unsigned char> out, lse, dqkv, dbias;
 };
 
-// Tile-shape variants of the three passes (forward, dQ, dK/dV) for one run.
+// Tile-shape variants of the three passes (forward, dQ, dK/dV) for one run, and the kernels of
+// the forward and the backward (kAuto: whichever the launchers pick by default).
 struct Variants {
     int fwd, dq, dkdv;
+    FlashPath fwd_path = FlashPath::kMmaSync;
+    FlashPath bwd_path = FlashPath::kMmaSync;
 };
 
 // With bias_init, the backward also adds the qkv bias gradient into dbias (set to bias_init).
@@ -196,11 +203,11 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const V
         poison(d.dqkv.get(), d.dqkv.size());
         poison(d.scratch.get(), d.scratch.size());
     }
-    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS,
-                            v.fwd);
+    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv.get(), s.B, s.T, s.NH, s.HS, v.fwd,
+                            v.fwd_path);
     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
                              d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv,
-                             bias_init != nullptr ? d.dbias.get() : nullptr);
+                             bias_init != nullptr ? d.dbias.get() : nullptr, v.bwd_path);
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
@@ -239,11 +246,16 @@ void check_vs_plain(const char* label, const char* what, const std::vector<float
     check_close(name, got, ref, atol, 0.0f);
 }
 
-void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, const Variants& v) {
+// Returns the outputs of the first run.
+RunBytes test_variants(const Context& ctx, const Reference& r, DeviceTensors& d,
+                       const Variants& v) {
     const Shape& s = r.s;
+    auto path = [](FlashPath p) {
+        return p == FlashPath::kSm90 ? "sm90 " : p == FlashPath::kAuto ? "auto " : "";
+    };
     char label[96];
-    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (fwd%d dq%d dkdv%d)", s.B, s.T, s.NH,
-                  s.HS, v.fwd, v.dq, v.dkdv);
+    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (%sfwd%d %sdq%d dkdv%d)", s.B, s.T,
+                  s.NH, s.HS, path(v.fwd_path), v.fwd, path(v.bwd_path), v.dq, v.dkdv);
 
     const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true, &r.bias_init);
     const size_t BT = (size_t)s.B * s.T;
@@ -286,9 +298,12 @@ void test_variants(const Context& ctx, const Reference& r, DeviceTensors& d, con
     const RunBytes third = run_flash(ctx, d, s, v, /*poison_all=*/false, &r.bias_init);
     std::snprintf(name, sizeof(name), "%s dbias rerun", label);
     check_bitwise_equal(name, first.dbias, third.dbias);
+    return first;
 }
 
-// The default variants, then each other variant of one pass with the other passes at default.
+// The default variants, then each other variant of one pass with the other passes at default;
+// where the Hopper kernels apply, every variant of their forward; then the default path
+// (kAuto), which must reproduce its path's variant 0 bit for bit.
 void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     const Reference r = make_reference(s, seed);
     DeviceTensors d(s);
@@ -296,10 +311,31 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     upload(d.dout.get(), r.dout);
     upload(d.ref_out.get(), r.out);
     upload(d.ref_lse.get(), r.lse);
-    test_variants(ctx, r, d, Variants{0, 0, 0});
+    const RunBytes mma = test_variants(ctx, r, d, Variants{0, 0, 0});
     for (int v = 1; v < flash_attention_variants(FlashPass::kForward); v++) {
         test_variants(ctx, r, d, Variants{v, 0, 0});
     }
+    // The Hopper forward's variants, each with the Hopper backward where it applies.
+    const bool sm90_fwd = flash_attention_sm90_available(ctx, s.HS);
+    const FlashPath bwd =
+        flash_attention_sm90_backward_available(ctx, s.HS) ? FlashPath::kSm90 : FlashPath::kMmaSync;
+    RunBytes sm90;
+    for (int v = 0; sm90_fwd && v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90);
+         v++) {
+        const RunBytes run = test_variants(ctx, r, d, Variants{v, 0, 0, FlashPath::kSm90, bwd});
+        if (v == 0) sm90 = run;
+    }
+    const RunBytes autom =
+        test_variants(ctx, r, d, Variants{0, 0, 0, FlashPath::kAuto, FlashPath::kAuto});
+    const RunBytes& expected = sm90_fwd ? sm90 : mma;
+    char name[128];
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s out", s.B, s.T, s.NH, s.HS,
+                  sm90_fwd ? "sm90" : "mma.sync");
+    check_bitwise_equal(name, expected.out, autom.out);
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s dqkv, dbias", s.B, s.T, s.NH,
+                  s.HS, bwd == FlashPath::kSm90 ? "sm90" : "mma.sync");
+    check_bitwise_equal(name, expected.dqkv, autom.dqkv);
+    check_bitwise_equal(name, expected.dbias, autom.dbias);
     for (int v = 1; v < flash_attention_variants(FlashPass::kDq); v++) {
         test_variants(ctx, r, d, Variants{0, v, 0});
     }
@@ -329,12 +365,31 @@ int main(int argc, char** argv) {
         // from its x.
         {24, 257, 12, 64},
     };
+    // The Hopper kernels' head sizes at every T that matters to their tiles (128 rows): 1, odd,
+    // around 64 and 128, partial last tiles, multiples, several tiles; B*NH odd.
+    const int sm90_ts[] = {1, 17, 63, 64, 65, 77, 129, 333, 777, 1000, 1024, 2048};
+    std::vector<Shape> sm90_small, sm90_large;
+    for (int hs : {64, 128}) {
+        for (size_t i = 0; i < sizeof(sm90_ts) / sizeof(sm90_ts[0]); i++) {
+            const int T = sm90_ts[i];
+            const Shape s = (i + hs / 64) % 2 == 0 ? Shape{1, T, 3, hs} : Shape{3, T, 1, hs};
+            (T <= 129 ? sm90_small : sm90_large).push_back(s);
+        }
+    }
     Context ctx;
     context_init(&ctx, 0, /*tf32=*/false);
+    if (!flash_attention_sm90_available(ctx, 64)) {
+        std::printf(
+            "SKIP sm90 path: needs a compute capability 9.0 GPU (this is %d.%d), a build for "
+            "sm_90a and LLMC_FLASH_SM90 unset or 1; the mma.sync path runs alone\n",
+            ctx.props.major, ctx.props.minor);
+    }
     uint64_t seed = 4242;
     for (const Shape& s : small_shapes) test_shape(ctx, s, seed++);
+    for (const Shape& s : sm90_small) test_shape(ctx, s, seed++);
     if (!small_only) {
         for (const Shape& s : large_shapes) test_shape(ctx, s, seed++);
+        for (const Shape& s : sm90_large) test_shape(ctx, s, seed++);
     }
     return test_summary("test_flash_attention");
 }

@@ -1,4 +1,6 @@
-// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync.
+// flash_attention.cu: fused causal attention (FlashAttention-2 style) on bf16 mma.sync, and the
+// dispatch between these kernels and the Hopper forward of flash_attention_sm90.cu (FlashPath in
+// flash_attention.cuh).
 //
 // Shapes: qkv (B, T, 3C), out (B, T, C), dqkv (B, T, 3C) bf16; lse, D (B, NH, T) float;
 // C = NH * HS, scale = 1/sqrt(HS). Rows are split in tiles; a warp owns 16 (or 16*MT) rows.
@@ -24,12 +26,14 @@
 // Preconditions (checked): HS % 16 == 0, HS <= 128, T >= 1, 16-byte aligned pointers.
 // FLOPs (causal): forward 2*B*NH*T*T*HS, backward 2.5x that. Measured speed: docs/results.md;
 // designs tried and dropped: docs/perf-log.md.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "check.h"
 #include "flash_attention.cuh"
+#include "flash_attention_sm90.cuh"
 #include "nvtx.h"
 
 namespace {
@@ -1079,11 +1083,17 @@ size_t bias_part_rows_max(int B, int T) {
 }  // namespace
 
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
-    return aligned_bytes((size_t)B * NH * T * sizeof(float)) +
-           aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
+    const size_t mma =
+        aligned_bytes((size_t)B * NH * T * sizeof(float)) +
+        aligned_bytes(bias_part_rows_max(B, T) * 3 * (size_t)NH * HS * sizeof(float));
+    return std::max(mma, flash_attention_sm90_scratch_bytes(B, T, NH, HS));
 }
 
-int flash_attention_variants(FlashPass pass) {
+int flash_attention_variants(FlashPass pass, FlashPath path) {
+    LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
+    if (path == FlashPath::kSm90) {
+        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants() : 1;
+    }
     switch (pass) {
         case FlashPass::kForward:
             return kForwardVariants;
@@ -1094,9 +1104,14 @@ int flash_attention_variants(FlashPass pass) {
     }
 }
 
-const char* flash_attention_variant_name(FlashPass pass, int variant) {
-    LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass),
+const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath path) {
+    LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass, path),
                "flash_attention_variant_name: no variant %d.", variant);
+    if (path == FlashPath::kSm90) {
+        if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
+        return pass == FlashPass::kDq ? "wgmma, 128 query rows x 64-key tiles"
+                                      : "wgmma, 128 keys x 64-query tiles";
+    }
     switch (pass) {
         case FlashPass::kForward:
             return kForwardNames[variant];
@@ -1108,10 +1123,17 @@ const char* flash_attention_variant_name(FlashPass pass, int variant) {
 }
 
 void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,
-                             int T, int NH, int HS, int variant) {
+                             int T, int NH, int HS, int variant, FlashPath path) {
     NvtxRange range("flash_attention_forward");
     const void* ptrs[] = {out, lse, qkv};
     check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
+    LLMC_CHECK(path != FlashPath::kAuto || variant == 0,
+               "flash_attention_forward: variant %d needs a named path.", variant);
+    if (path == FlashPath::kSm90 ||
+        (path == FlashPath::kAuto && flash_attention_sm90_available(ctx, HS))) {
+        flash_attention_sm90_forward(ctx, out, lse, qkv, B, T, NH, HS, variant);
+        return;
+    }
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
                "flash_attention_forward: no variant %d.", variant);
     with_head_size("flash_attention_forward", HS, [&](auto hs) {
@@ -1124,15 +1146,33 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
-                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias) {
+                              int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias,
+                              FlashPath path) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
     LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
                    dkdv_variant < kDkdvVariants,
                "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
-    float* D = static_cast<float*>(scratch);
+    LLMC_CHECK(path != FlashPath::kAuto || (dq_variant == 0 && dkdv_variant == 0),
+               "flash_attention_backward: variants %d / %d need a named path.", dq_variant,
+               dkdv_variant);
     const int C = NH * HS;
+    if (path == FlashPath::kSm90 ||
+        (path == FlashPath::kAuto && flash_attention_sm90_backward_available(ctx, HS))) {
+        LLMC_CHECK(dq_variant == 0 && dkdv_variant == 0,
+                   "flash_attention_backward: the Hopper path has no variants (got %d / %d).",
+                   dq_variant, dkdv_variant);
+        const BiasPartials parts = flash_attention_sm90_backward(
+            ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr);
+        if (dbias != nullptr) {
+            qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
+                dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
+            CUDA_CHECK_LAST();
+        }
+        return;
+    }
+    float* D = static_cast<float*>(scratch);
     float* part_q = nullptr;
     float* part_kv = nullptr;
     if (dbias != nullptr) {

@@ -20,23 +20,39 @@
 
 #include "context.cuh"
 
-// Bytes of scratch the backward needs: B*NH*T floats (D) and B*ceil(T/64)*3C floats (the bias
-// partials), each rounded up to 256 bytes.
+// Bytes of scratch the backward needs on either path: mma.sync, B*NH*T floats (D) and
+// B*ceil(T/64)*3C floats (the bias partials), each rounded up to 256 bytes; Hopper, 2*B*NH*T_pad
+// floats (lse and D, T rounded up to 64) and B*ceil(T/128)*3C.
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 
-// Tile-shape variants of each pass, kept compiled so that dev/bench_attention can time them in
-// one run and dev/test_flash_attention can check each one; variant 0, the default, is the
-// fastest measured. Every variant computes the same values (within rounding) for every shape.
-enum class FlashPass { kForward, kDq, kDkdv };
-int flash_attention_variants(FlashPass pass);
-const char* flash_attention_variant_name(FlashPass pass, int variant);
+// Two sets of kernels: FlashAttention-2 style on mma.sync (any GPU the build targets, every
+// head size above) and FlashAttention-3 style on Hopper's wgmma and TMA (flash_attention_sm90*.cu:
+// compute capability 9.0, a build with sm_90a code; the forward for HS 64 and 128, the backward
+// for HS 64). kAuto takes the Hopper kernels where flash_attention_sm90_available (forward) or
+// flash_attention_sm90_backward_available says so; the others force one set (the test and the
+// benchmark run both). LLMC_FLASH_SM90=0 in the environment switches the Hopper kernels off
+// (kAuto then takes mma.sync; kSm90 fails), LLMC_FLASH_SM90=fwd the Hopper backward alone.
+enum class FlashPath { kAuto, kMmaSync, kSm90 };
+bool flash_attention_sm90_available(const Context& ctx, int HS);
+bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 
+// Tile-shape variants of each pass of a path, kept compiled so that dev/bench_attention can time
+// them in one run and dev/test_flash_attention can check each one; variant 0, the default, is
+// the fastest measured. Every variant computes the same values (within rounding) for every
+// shape. The Hopper path has one variant of each backward pass.
+enum class FlashPass { kForward, kDq, kDkdv };
+int flash_attention_variants(FlashPass pass, FlashPath path = FlashPath::kMmaSync);
+const char* flash_attention_variant_name(FlashPass pass, int variant,
+                                         FlashPath path = FlashPath::kMmaSync);
+
+// With path kAuto, variant must be 0 (each path's default).
 void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
                              const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                             int variant = 0);
+                             int variant = 0, FlashPath path = FlashPath::kAuto);
 
+// With path kAuto, both variants must be 0 (each path's default).
 void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                               int HS, int dq_variant = 0, int dkdv_variant = 0,
-                              __nv_bfloat16* dbias = nullptr);
+                              __nv_bfloat16* dbias = nullptr, FlashPath path = FlashPath::kAuto);

@@ -22,7 +22,8 @@ torch = F = SDPBackend = sdpa_kernel = None
 CEILING_TFLOPS = 800.0
 WARMUP = 5
 SETS = 2
-SHAPES = [(64, 256, 12, 64), (64, 1024, 12, 64), (64, 2048, 12, 64), (64, 1024, 12, 128)]
+SHAPES = [(64, 1024, 12, 64), (4, 1024, 12, 64), (64, 2048, 12, 64), (16, 4096, 12, 64),
+          (64, 1024, 12, 128)]
 
 
 def time_ms(fn, iters):
