@@ -12,12 +12,14 @@
 // build's bounds are fixed; the bf16 build's are a multiple of PyTorch's own bf16 autocast error
 // on the same batch, which the dump's trailer holds (version 2), and each row prints ours,
 // PyTorch's and the ratio. Files come from scripts/train_gpt2.py --write-model --write-state.
+// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test_device.h).
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpt2.cuh"
+#include "test_device.h"
 
 using namespace llmc;
 
@@ -280,11 +282,7 @@ int main(int argc, char** argv) {
     LLMC_CHECK(st.T <= cfg.max_seq_len, "%s: T=%d exceeds the model's maxT %d", opt.state.c_str(),
                st.T, cfg.max_seq_len);
     const Bounds bounds = make_bounds(st, opt.state, opt.tf32 != 0);
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        std::printf("SKIP no CUDA device\n");
-        return 0;
-    }
+    skip_if_no_device();
     Context ctx;
     context_init(&ctx, 0, opt.tf32 != 0);
     std::printf(

@@ -6,38 +6,25 @@
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
 # the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
 # reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
-# GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
-# build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
-# dump with CUDA graphs on and off. Without a GPU each prints SKIP and its reason.
+# GPU: every per-op test of the build in PRECISION_DIR (default build/bf16, the default
+# precision; `make test` passes its own), and test_gpt2cu on the same dump with CUDA graphs on
+# and off. Each decides for itself (dev/test_device.h): without a GPU it exits 77 and is counted
+# as SKIP with its reason; where nvidia-smi lists a GPU that CUDA cannot start, it FAILs.
 # Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PRECISION_DIR=${PRECISION_DIR:-build/bf16}
 TESTDATA=build/testdata
 mkdir -p "$TESTDATA"
-passed=0 failed=0 skipped=0
-
-run() {  # run NAME COMMAND...: one test, judged by its exit code
-    local name=$1; shift
-    local log="$TESTDATA/$name.log"
-    local t0=$SECONDS
-    if "$@" >"$log" 2>&1; then
-        echo "PASS $name ($((SECONDS - t0)) s)"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $?; last lines of $log:)"
-        tail -n 25 "$log" | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
-}
-skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
+# run NAME COMMAND... (exit 0 PASS, 77 SKIP, else FAIL), skip NAME REASON, and the counts.
+source scripts/test_runner.sh
 
 PY=$(bash scripts/install_deps.sh | tail -n 1) || { echo "FAIL deps: see the message above"; exit 1; }
 
 # --- host tests -----------------------------------------------------------------------------
 for t in build/host/dev/test_*; do
     # test_gpt2_cpu takes a reference dump and runs below, once the dump is written.
-    [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
+    [[ "$t" != *.o && "$t" != *.d && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
 run launch_checks bash dev/test_launch.sh
@@ -63,18 +50,14 @@ run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
 run test_ddp_cpu "$PY" dev/test_ddp.py "$TESTDATA/ddp"
 
-# --- GPU tests ------------------------------------------------------------------------------
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    for t in "$PRECISION_DIR"/dev/test_*; do
-        [[ "$t" != *.o && -x "$t" ]] && run "gpu_$(basename "$t")" "$t"
-    done
-    for g in 1 0; do
-        run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
-            --state "$TESTDATA/small_state.bin" --graph "$g"
-    done
-else
-    skip gpu_tests "no NVIDIA GPU visible (nvidia-smi lists none); per-op tests and test_gpt2cu need one"
-fi
+# --- GPU tests (each SKIPs, exit 77, without a GPU) ------------------------------------------
+for t in "$PRECISION_DIR"/dev/test_*; do
+    [[ "$t" != *.o && "$t" != *.d && -x "$t" ]] && run "gpu_$(basename "$t")" "$t"
+done
+for g in 1 0; do
+    run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
+        --state "$TESTDATA/small_state.bin" --graph "$g"
+done
 
 echo "run_tests: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
