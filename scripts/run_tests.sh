@@ -2,7 +2,8 @@
 # run_tests.sh: every test this machine can run; `make test` calls it after building.
 #
 # CPU (always): the host tests (model files, data loader, multi-GPU bootstrap and shard map),
-# the trainer's option checks, scripts/launch.sh with stand-in ranks, and the
+# the trainer's option checks, scripts/launch.sh with stand-in ranks, the Makefile's rules
+# (dev/test_makefile.sh), how a GPU test that cannot run ends (dev/test_gpu_skip.sh), and the
 # CPU fp32 reference against a reference dump that scripts/train_gpt2.py writes with PyTorch on
 # the CPU for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3, T=77); the
 # reference's DDP mode (2 CPU processes under torchrun) against one process with twice B.
@@ -30,6 +31,8 @@ run cli_checks bash scripts/test_cli.sh
 run launch_checks bash dev/test_launch.sh
 # The trainer's rank discovery and id bootstrap under mpirun, launch.sh and srun's variables.
 run launcher_checks bash dev/test_launchers.sh build/host/dev/test_multi_gpu_host
+# The Makefile by dry runs: the default goal, GPU_ARCH checks, spill flags, header dependencies.
+run makefile_checks bash dev/test_makefile.sh
 run format_check make --no-print-directory format-check
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
@@ -45,6 +48,10 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# A GPU test that cannot run: SKIP (exit 77) without a GPU, FAIL with one CUDA cannot start
+# (stand-in nvidia-smi); this script's own verdicts.
+run gpu_skip_checks bash dev/test_gpu_skip.sh "$PRECISION_DIR/dev/test_gelu" \
+    "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
 # Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
