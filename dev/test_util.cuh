@@ -1,6 +1,7 @@
 // test_util.cuh: the helpers every per-op GPU test (dev/test_*.cu) shares.
 //
-//   skip_if_no_device()        prints "SKIP <reason>" and exits 0 when no CUDA device is visible
+//   skip_if_no_device()        (test_device.h) exits 77 with "SKIP <reason>" when this machine
+//                              has no GPU to test, fails when it has one that CUDA cannot start
 //   Rng                        seeded generator (SplitMix64): the same numbers on every machine
 //   fill_uniform / fill_normal host vectors of float from an Rng
 //   round_to_floatx(h)         rounds host values to what floatX holds, so the CPU reference
@@ -30,22 +31,11 @@
 
 #include "check.h"
 #include "precision.cuh"
+#include "test_device.h"
 
 // bf16 keeps 8 significant bits: round-to-nearest is off by at most half an ulp, 2^-8 of the
 // value. Test tolerances in the bf16 build are written in terms of this.
 constexpr float kBf16RoundingRel = 1.0f / 256.0f;
-
-// Exits 0 with "SKIP <reason>" when this machine has no CUDA device, so a test script can tell
-// a skipped test from a passed one.
-inline void skip_if_no_device() {
-    int count = 0;
-    const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        std::printf("SKIP no CUDA device (%s)\n",
-                    err != cudaSuccess ? cudaGetErrorString(err) : "device count is 0");
-        std::exit(0);
-    }
-}
 
 // SplitMix64: tiny, fast, and identical everywhere (std:: distributions are not).
 struct Rng {

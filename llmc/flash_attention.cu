@@ -29,8 +29,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <type_traits>
 
+#include "arch.cuh"
 #include "check.h"
 #include "flash_attention.cuh"
 #include "flash_attention_sm90.cuh"
@@ -104,9 +106,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // ---- Tile helpers -----------------------------------------------------------------------------
 // A tile is ROWS rows of HS bf16 in shared memory with row stride HS + 8 (the padding).
 
+__host__ __device__ constexpr int smem_stride(int hs) { return hs + 8; }
 template <int HS>
 __host__ __device__ constexpr int smem_stride() {
-    return HS + 8;
+    return smem_stride(HS);
 }
 
 // Rows [r0, r0 + ROWS) of a (T, HS) slice with row stride ld -> tile; rows >= T zero-filled.
@@ -892,7 +895,7 @@ constexpr int kForwardVariants = 3;
 constexpr int kDqVariants = 3;
 constexpr int kDkdvVariants = 3;
 
-constexpr Tiles forward_tiles(int v, int hs) {
+constexpr Tiles tuned_forward_tiles(int v, int hs) {
     if (hs > 64) return Tiles{4, 2, 32, 1, false};
     switch (v) {
         case 1:
@@ -904,7 +907,7 @@ constexpr Tiles forward_tiles(int v, int hs) {
     }
 }
 
-constexpr Tiles dq_tiles(int v, int hs) {
+constexpr Tiles tuned_dq_tiles(int v, int hs) {
     if (hs > 64) return Tiles{4, 1, 32, 2, true};
     switch (v) {
         case 1:
@@ -916,7 +919,7 @@ constexpr Tiles dq_tiles(int v, int hs) {
     }
 }
 
-constexpr Tiles dkdv_tiles(int v, int hs) {
+constexpr Tiles tuned_dkdv_tiles(int v, int hs) {
     if (hs > 64) return Tiles{4, 1, 32, 2, false};
     switch (v) {
         case 1:
@@ -928,16 +931,88 @@ constexpr Tiles dkdv_tiles(int v, int hs) {
     }
 }
 
-// Variant names (HS <= 64; above, every variant is the same shape).
-const char* const kForwardNames[kForwardVariants] = {
-    "8w x16 rows, 64 keys, 2/SM, Q smem", "4w x32 rows, 64 keys, 2/SM",
-    "8w x16 rows, 64 keys, 2/SM, Q smem, 3 stages"};
-const char* const kDqNames[kDqVariants] = {"4w x16 rows, 32 keys, 3/SM",
-                                           "4w x16 rows, 32 keys, 3/SM, 3 stages",
-                                           "8w x16 rows, 64 keys, 1/SM, 3 stages"};
-const char* const kDkdvNames[kDkdvVariants] = {"4w x16 keys, 32 q, 3/SM",
-                                               "4w x16 keys, 64 q, 2/SM, KV smem, 3 stages",
-                                               "8w x16 keys, 64 q, 1/SM, 3 stages"};
+// Shared memory of a block of each pass: its own rows (Q; Q and dO; K and V) and `stages` inner
+// tiles of the other operands (K and V; K and V; Q and dO with their lse and D values).
+constexpr size_t forward_smem(Tiles t, int hs) {
+    return (size_t)(16 * t.mt * t.warps + 2 * t.stages * t.inner) * smem_stride(hs) * sizeof(bf16);
+}
+constexpr size_t dq_smem(Tiles t, int hs) {
+    return (size_t)(2 * 16 * t.mt * t.warps + 2 * t.stages * t.inner) * smem_stride(hs) *
+           sizeof(bf16);
+}
+constexpr size_t dkdv_smem(Tiles t, int hs) {
+    return (size_t)(2 * 16 * t.mt * t.warps + 2 * t.stages * t.inner) * smem_stride(hs) *
+               sizeof(bf16) +
+           2 * t.stages * t.inner * sizeof(float);
+}
+
+// The shapes per architecture. The tuned shapes above are sm_90's. Elsewhere a shape keeps its
+// tiles and its min_blocks is lowered to the blocks the SM can hold (shared memory, threads): a
+// register cap for blocks that cannot be resident costs registers for nothing. Where ptxas
+// still spills at that cap, arch_*_tiles change the shape; those shapes are chosen to compile
+// without spills (`make arch-check`), not measured.
+// The launchers take kCudaArch's shapes (arch.cuh: the architecture being compiled), unless a
+// test build asks for another's (make FLASH_TILES_ARCH=XX): the shapes are plain mma.sync code
+// that runs on any GPU from sm_80, so one GPU can check every architecture's shapes.
+#ifdef LLMC_FLASH_TILES_ARCH
+constexpr int kTilesArch = LLMC_FLASH_TILES_ARCH;
+#else
+constexpr int kTilesArch = kCudaArch;
+#endif
+constexpr Tiles fit_to_sm(Tiles t, size_t smem) {
+    const int fit = blocks_that_fit(kTilesArch, 32 * t.warps, (long long)smem);
+    if (fit < t.min_blocks) t.min_blocks = fit < 1 ? 1 : fit;
+    return t;
+}
+
+// Blackwell (sm_100, sm_120): ptxas spills the forward's accumulators of 64-key tiles at sm_90's
+// register caps, and above HS=64 those of 32 rows per warp even at 255 registers: 32-key tiles,
+// and above HS=64 8 warps of 16 rows (the same 128 rows per block).
+constexpr Tiles arch_forward_tiles(int v, int hs) {
+    Tiles t = tuned_forward_tiles(v, hs);
+    if (kTilesArch >= 100) {
+        if (hs > 64) return Tiles{8, 1, 32, 1, false};
+        t.inner = 32;
+    }
+    return t;
+}
+constexpr Tiles arch_dq_tiles(int v, int hs) { return tuned_dq_tiles(v, hs); }
+// sm_80 and sm_100: the default dK/dV shape (K and V in registers) spills at 3 blocks per SM.
+constexpr Tiles arch_dkdv_tiles(int v, int hs) {
+    Tiles t = tuned_dkdv_tiles(v, hs);
+    if ((kTilesArch == 80 || kTilesArch >= 100) && hs <= 64 && v == 0) t.min_blocks = 2;
+    return t;
+}
+
+constexpr Tiles forward_tiles(int v, int hs) {
+    return fit_to_sm(arch_forward_tiles(v, hs), forward_smem(arch_forward_tiles(v, hs), hs));
+}
+constexpr Tiles dq_tiles(int v, int hs) {
+    return fit_to_sm(arch_dq_tiles(v, hs), dq_smem(arch_dq_tiles(v, hs), hs));
+}
+constexpr Tiles dkdv_tiles(int v, int hs) {
+    return fit_to_sm(arch_dkdv_tiles(v, hs), dkdv_smem(arch_dkdv_tiles(v, hs), hs));
+}
+
+// A variant's name, from its shape at HS=64 (above, every variant is the same shape).
+const char* variant_name(FlashPass pass, int v) {
+    static char names[kForwardVariants + kDqVariants + kDkdvVariants][80];
+    const bool kv = pass == FlashPass::kDkdv;  // the warps own keys, the inner tiles are queries
+    const int first = pass == FlashPass::kForward ? 0
+                      : pass == FlashPass::kDq    ? kForwardVariants
+                                                  : kForwardVariants + kDqVariants;
+    char* name = names[first + v];
+    if (name[0] == '\0') {
+        const Tiles t = pass == FlashPass::kForward ? forward_tiles(v, 64)
+                        : pass == FlashPass::kDq    ? dq_tiles(v, 64)
+                                                    : dkdv_tiles(v, 64);
+        std::snprintf(name, sizeof(names[0]), "%dw x%d %s, %d %s, %d/SM%s%s", t.warps, 16 * t.mt,
+                      kv ? "keys" : "rows", t.inner, kv ? "q" : "keys", t.min_blocks,
+                      t.a_in_regs ? "" : (kv ? ", KV smem" : ", Q smem"),
+                      t.stages == 3 ? ", 3 stages" : "");
+    }
+    return name;
+}
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in. Done once per kernel (a static
 // initializer), so launches inside CUDA graph capture make no attribute calls.
@@ -952,7 +1027,8 @@ template <int HS, int V>
 void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T, int NH) {
     constexpr Tiles t = forward_tiles(V, HS);
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
-    constexpr size_t smem = (size_t)(BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    constexpr size_t smem = forward_smem(t, HS);
+    static_assert(smem <= max_smem_per_block(kCudaArch), "the tiles exceed the SM's shared memory");
     static_assert(BR * kStagedLd<HS> * sizeof(float) <= smem,
                   "the epilogue stages O as float in the kernel's shared memory");
     auto* const tile_in_x = flash_attention_forward_kernel<HS, t.warps, t.mt, BC, t.min_blocks,
@@ -976,7 +1052,8 @@ int backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, c
     static_assert(t.a_in_regs, "the dQ kernel keeps Q and dO in registers");
     constexpr int BR = 16 * t.mt * t.warps, BC = t.inner;
     static_assert(BR >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 rows");
-    constexpr size_t smem = (size_t)(2 * BR + 2 * t.stages * BC) * smem_stride<HS>() * sizeof(bf16);
+    constexpr size_t smem = dq_smem(t, HS);
+    static_assert(smem <= max_smem_per_block(kCudaArch), "the tiles exceed the SM's shared memory");
     static_assert(BR * kStagedLd<HS> * sizeof(float) <= smem,
                   "the epilogue stages dq as float in the kernel's shared memory");
     auto* const tile_in_x =
@@ -1000,9 +1077,8 @@ int backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16*
     constexpr Tiles t = dkdv_tiles(V, HS);
     constexpr int BC = 16 * t.mt * t.warps, BR = t.inner;
     static_assert(BC >= kBiasMinRows, "bias partial rows are sized for blocks of >= 64 keys");
-    constexpr size_t smem =
-        (size_t)(2 * BC + 2 * t.stages * BR) * smem_stride<HS>() * sizeof(bf16) +
-        2 * t.stages * BR * sizeof(float);
+    constexpr size_t smem = dkdv_smem(t, HS);
+    static_assert(smem <= max_smem_per_block(kCudaArch), "the tiles exceed the SM's shared memory");
     static_assert(2 * BC * kStagedLd<HS> * sizeof(float) <= smem,
                   "the epilogue stages dk and dv as float in the kernel's shared memory");
     auto* const tile_in_x =
@@ -1112,14 +1188,7 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
         return pass == FlashPass::kDq ? "wgmma, 128 query rows x 64-key tiles"
                                       : "wgmma, 128 keys x 64-query tiles";
     }
-    switch (pass) {
-        case FlashPass::kForward:
-            return kForwardNames[variant];
-        case FlashPass::kDq:
-            return kDqNames[variant];
-        default:
-            return kDkdvNames[variant];
-    }
+    return variant_name(pass, variant);
 }
 
 void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B,

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "arch.cuh"
 #include "device_utils.cuh"
 #include "launch.cuh"
 #include "layernorm.cuh"
@@ -39,6 +40,15 @@
 namespace {
 
 constexpr int kForwardWarps = 8;  // rows per block in the forward
+// The row-in-registers forward's bound. Given no minimum of blocks per SM, ptxas aims this kernel
+// at the most blocks its registers allow and spills a few bytes for some row widths (fp32 on
+// sm_80, sm_86 and sm_89; bf16 C = 1600 on sm_100); a minimum of one block lets it keep the row
+// in registers. sm_90's code, the measured one, keeps the bound without a minimum.
+#if LLMC_CUDA_ARCH == 90
+#define LLMC_ROW_IN_REGISTERS_FORWARD_BOUNDS __launch_bounds__(kForwardWarps* kWarpSize)
+#else
+#define LLMC_ROW_IN_REGISTERS_FORWARD_BOUNDS __launch_bounds__(kForwardWarps* kWarpSize, 1)
+#endif
 constexpr float kEps = 1e-5f;
 // Backward: up to 8 warps per block, each with a (2, C) float slice; 48 KiB is the shared
 // memory a kernel gets without opting in, so C <= 6144 leaves room for at least one warp.
@@ -157,16 +167,16 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
 // (i * 32 + lane) * kVec for i < kIters, so the row is read from memory once. Same sums in the
 // same order as the kernel above, so the results are bit-identical. C <= kIters * 32 * kVec.
 template <int kVec, int kIters, bool kResidual>
-__global__ void __launch_bounds__(kForwardWarps* kWarpSize)
-    layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,         // (N, C)
-                                              float* __restrict__ mean,         // (N)
-                                              float* __restrict__ rstd,         // (N)
-                                              floatX* __restrict__ residual,    // (N, C), kResidual
-                                              const floatX* __restrict__ inp1,  // (N, C)
-                                              const floatX* __restrict__ inp2,  // (N, C)
-                                              const floatX* __restrict__ weight,  // (C)
-                                              const floatX* __restrict__ bias,    // (C)
-                                              int N, int C) {
+__global__ void LLMC_ROW_IN_REGISTERS_FORWARD_BOUNDS
+layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,           // (N, C)
+                                          float* __restrict__ mean,           // (N)
+                                          float* __restrict__ rstd,           // (N)
+                                          floatX* __restrict__ residual,      // (N, C), kResidual
+                                          const floatX* __restrict__ inp1,    // (N, C)
+                                          const floatX* __restrict__ inp2,    // (N, C)
+                                          const floatX* __restrict__ weight,  // (C)
+                                          const floatX* __restrict__ bias,    // (C)
+                                          int N, int C) {
     pdl_wait();
     pdl_launch_dependents();
     const int lane = threadIdx.x % kWarpSize;

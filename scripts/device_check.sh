@@ -78,12 +78,12 @@ mkdir -p "$D"
 results=()
 T_START=$SECONDS
 
-step() {  # step NAME COMMAND...: run, log to $LOGS/NAME.log, remember PASS/FAIL and time
+step() {  # step NAME COMMAND...: run, log to $LOGS/NAME.log, remember PASS/FAIL/SKIP and time
     local name=$1 t0=$SECONDS rc=0
     shift
     "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
-    if [ $rc -eq 0 ] && grep -q '^SKIP' "$LOGS/$name.log"; then  # a test's "SKIP <reason>"
-        results+=("SKIP     $name: $(grep -m1 '^SKIP' "$LOGS/$name.log" | cut -c6-)")
+    if [ $rc -eq 77 ]; then  # a test that cannot run here: exit 77 and "SKIP <reason>"
+        results+=("SKIP     $name: $(grep -m1 '^SKIP' "$LOGS/$name.log" | sed -E 's/^SKIP:? *//')")
     elif [ $rc -eq 0 ]; then
         results+=("PASS     $name $((SECONDS - t0))s")
     else

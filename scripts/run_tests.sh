@@ -2,7 +2,8 @@
 # run_tests.sh: every test this machine can run; `make test` calls it after building.
 #
 # CPU (always): the host tests (model files, data loader, multi-GPU bootstrap and shard map),
-# the trainer's option checks, scripts/launch.sh with stand-in ranks, and the
+# the trainer's option checks, scripts/launch.sh with stand-in ranks, the Makefile's rules
+# (dev/test_makefile.sh), how a GPU test that cannot run ends (dev/test_gpu_skip.sh), and the
 # CPU fp32 reference against reference dumps that scripts/train_gpt2.py writes with PyTorch on
 # the CPU (float64 reference) for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3,
 # T=77) and two shapes of scripts/test_shapes.sh's kind (head size 64, V=997; one token; T=31
@@ -10,45 +11,34 @@
 # process with twice B; the Python tools without their modules; quickstart.sh's logic; and the
 # docs (the benchmark figures against docs/bench.csv, every command they show against the
 # scripts, --help and the Makefile).
-# GPU (when nvidia-smi sees a GPU): every per-op test of the build in PRECISION_DIR (default
-# build/bf16, the default precision; `make test` passes its own), and test_gpt2cu on the same
-# dumps, on the small one with CUDA graphs on and off, each also with every step switch on
-# (llmc/context.cuh). Without a GPU each prints SKIP and its reason. The full shape sweep is
-# scripts/test_shapes.sh (GPU).
+# GPU: every per-op test of the build in PRECISION_DIR (default build/bf16, the default
+# precision; `make test` passes its own), and test_gpt2cu on the same dumps, on the small one
+# with CUDA graphs on and off, each also with every step switch on (llmc/context.cuh). Each
+# decides for itself (dev/test_device.h): without a GPU it exits 77 and is counted as SKIP with
+# its reason; where nvidia-smi lists a GPU that CUDA cannot start, it FAILs. The full shape
+# sweep is scripts/test_shapes.sh (GPU).
 # Ends with one line: "run_tests: N passed, M failed, K skipped"; exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PRECISION_DIR=${PRECISION_DIR:-build/bf16}
 TESTDATA=build/testdata
 mkdir -p "$TESTDATA"
-passed=0 failed=0 skipped=0
-
-run() {  # run NAME COMMAND...: one test, judged by its exit code
-    local name=$1; shift
-    local log="$TESTDATA/$name.log"
-    local t0=$SECONDS
-    if "$@" >"$log" 2>&1; then
-        echo "PASS $name ($((SECONDS - t0)) s)"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $?; last lines of $log:)"
-        tail -n 25 "$log" | sed 's/^/    /'
-        failed=$((failed + 1))
-    fi
-}
-skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
+# run NAME COMMAND... (exit 0 PASS, 77 SKIP, else FAIL), skip NAME REASON, and the counts.
+source scripts/test_runner.sh
 
 PY=$(bash scripts/install_deps.sh | tail -n 1) || { echo "FAIL deps: see the message above"; exit 1; }
 
 # --- host tests -----------------------------------------------------------------------------
 for t in build/host/dev/test_*; do
     # test_gpt2_cpu takes a reference dump and runs below, once the dump is written.
-    [[ "$t" != *.o && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
+    [[ "$t" != *.o && "$t" != *.d && "$t" != */test_gpt2_cpu && -x "$t" ]] && run "$(basename "$t")" "$t"
 done
 run cli_checks bash scripts/test_cli.sh
 run launch_checks bash dev/test_launch.sh
 # The trainer's rank discovery and id bootstrap under mpirun, launch.sh and srun's variables.
 run launcher_checks bash dev/test_launchers.sh build/host/dev/test_multi_gpu_host
+# The Makefile by dry runs: the default goal, GPU_ARCH checks, spill flags, header dependencies.
+run makefile_checks bash dev/test_makefile.sh
 run format_check make --no-print-directory format-check
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
@@ -94,6 +84,10 @@ run hellaswag_vs_pytorch_50 bash -c "'$PY' scripts/hellaswag_ref.py --model $TES
 run hellaswag_vs_pytorch_300 bash -c "'$PY' scripts/hellaswag_ref.py --model $TESTDATA/hs_model.bin \
     --eval $TESTDATA/hs_synth300.bin -t 64 --device cpu --losses $TESTDATA/hs_ref300.txt && \
     $HS --compare $TESTDATA/hs_model.bin $TESTDATA/hs_synth300.bin $TESTDATA/hs_ref300.txt -b 4 -t 64"
+# A GPU test that cannot run: SKIP (exit 77) without a GPU, FAIL with one CUDA cannot start
+# (stand-in nvidia-smi); this script's own verdicts.
+run gpu_skip_checks bash dev/test_gpu_skip.sh "$PRECISION_DIR/dev/test_gelu" \
+    "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
 # Hugging Face export: a small model out through scripts/export_hf.py and back through --hf-dir.
 run test_export_hf "$PY" dev/test_export_hf.py "$TESTDATA/export_hf"
 # Data parallel PyTorch reference: torchrun, 2 CPU processes (gloo) at B=2 against 1 at B=4 (~16 s).
@@ -109,31 +103,27 @@ run docs_figures "$PY" scripts/bench_table.py --check
 # takes the options shown (--help); make targets exist; links resolve.
 run docs_commands "$PY" dev/test_docs.py --python "$PY"
 
-# --- GPU tests ------------------------------------------------------------------------------
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    for t in "$PRECISION_DIR"/dev/test_*; do
-        [[ "$t" != *.o && -x "$t" ]] && run "gpu_$(basename "$t")" "$t"
-    done
-    for g in 1 0; do
-        run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
-            --state "$TESTDATA/small_state.bin" --graph "$g"
-    done
-    for i in "${!SHAPES[@]}"; do
-        run "test_gpt2cu_shape$i" ./test_gpt2cu --model "$TESTDATA/shape${i}_model.bin" \
-            --state "$TESTDATA/shape${i}_state.bin"
-    done
-    # Every step switch of llmc/context.cuh on (graph branches, PDL, the kernel variants): the
-    # same checks, and the gradients bitwise those of every switch off (test_gpt2cu's last check).
-    for g in 1 0; do
-        run "test_gpt2cu_small_graph${g}_switches" env LLMC_BRANCHES=all LLMC_PDL=1 \
-            LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1 ./test_gpt2cu \
-            --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
-    done
-    # The sharded optimizer kernels, which only multi-GPU runs launch, with PDL too.
-    run gpu_test_adamw_sharded_pdl env LLMC_PDL=1 "$PRECISION_DIR/dev/test_adamw_sharded"
-else
-    skip gpu_tests "no NVIDIA GPU visible (nvidia-smi lists none); per-op tests and test_gpt2cu need one"
-fi
+# --- GPU tests (each SKIPs, exit 77, without a GPU) ------------------------------------------
+for t in "$PRECISION_DIR"/dev/test_*; do
+    [[ "$t" != *.o && "$t" != *.d && -x "$t" ]] && run "gpu_$(basename "$t")" "$t"
+done
+for g in 1 0; do
+    run "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$TESTDATA/small_model.bin" \
+        --state "$TESTDATA/small_state.bin" --graph "$g"
+done
+for i in "${!SHAPES[@]}"; do
+    run "test_gpt2cu_shape$i" ./test_gpt2cu --model "$TESTDATA/shape${i}_model.bin" \
+        --state "$TESTDATA/shape${i}_state.bin"
+done
+# Every step switch of llmc/context.cuh on (graph branches, PDL, the kernel variants): the
+# same checks, and the gradients bitwise those of every switch off (test_gpt2cu's last check).
+for g in 1 0; do
+    run "test_gpt2cu_small_graph${g}_switches" env LLMC_BRANCHES=all LLMC_PDL=1 \
+        LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1 ./test_gpt2cu \
+        --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
+done
+# The sharded optimizer kernels, which only multi-GPU runs launch, with PDL too.
+run gpu_test_adamw_sharded_pdl env LLMC_PDL=1 "$PRECISION_DIR/dev/test_adamw_sharded"
 
 echo "run_tests: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -17,7 +17,8 @@
 #      from a 3-token prompt: past maxT = 128 the window slides. Every token must match where
 #      the reference's top-two margin is at least the build's bound (below); the first mismatch
 #      at a smaller margin ends the comparison, and at least 16 tokens must have matched.
-# Prints PASS/FAIL per check and exits 1 on any failure.
+# Prints PASS/FAIL per check and exits 1 on any failure; exits 77 with "SKIP <reason>" when
+# nvidia-smi lists no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 WORK=${1:-build/testdata/generate}
@@ -25,6 +26,7 @@ PY=$(bash scripts/find_python.sh) || { echo "FAIL: no Python with torch (scripts
 for b in ./train_gpt2cu ./generate_gpt2cu; do
     [ -x "$b" ] || { echo "FAIL: $b is not built (make train_gpt2cu generate_gpt2cu)"; exit 1; }
 done
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP no NVIDIA GPU visible (nvidia-smi lists none)"; exit 77; }
 rm -rf "$WORK"
 mkdir -p "$WORK/data"
 ok=0 bad=0

@@ -43,7 +43,7 @@
 # First dev/test_adamw_sharded (the sharded AdamW and norm kernels against the whole update, bit
 # for bit, on one GPU). The NCCL library: $LLMC_NCCL_LIB, else PyTorch's (python: nvidia.nccl or torch/lib), else
 # whatever libnccl.so.2 the loader finds. Logs in $OUT/test_multi_gpu (or build/test_multi_gpu);
-# a PASS/FAIL table is printed last; exit 1 if anything failed.
+# a PASS/FAIL table is printed last; exit 1 if anything failed, 77 (SKIP) with fewer than 2 GPUs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BIN=${BIN:-./train_gpt2cu}
@@ -71,8 +71,8 @@ finish() {
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpu" -lt 2 ]; then
-    verdict multi_gpu SKIP "needs 2 GPUs, nvidia-smi lists $ngpu"
-    finish
+    echo "SKIP multi_gpu: needs 2 GPUs, nvidia-smi lists $ngpu"
+    exit 77
 fi
 # N: the GPUs the data-parallel checks use (a)-(e): every visible one, or LLMC_TEST_GPUS, rounded
 # down to 2, 4, 8 or 16 (the 16 sequences of a step split evenly). With N > 2 the 2-GPU runs of

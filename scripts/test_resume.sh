@@ -27,14 +27,15 @@
 #      step's; a stop at 35 and resume repeats every decision.
 #   8. a --json-summary whose directory vanishes during the run: the run exits 1 naming the
 #      summary file, with its final model.bin written (the model comes before the summary).
-# Prints PASS or FAIL per check and exits 1 if any failed.
+# Prints PASS or FAIL per check and exits 1 if any failed; exits 77 with "SKIP <reason>" when
+# nvidia-smi lists no GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./train_gpt2cu}
 WORK=${WORK:-build/test_resume}
 PY=$(bash scripts/find_python.sh) || { echo "FAIL: no python with torch and numpy (scripts/find_python.sh)"; exit 1; }
 [ -x "$BIN" ] || { echo "FAIL: $BIN is not built (make train_gpt2cu)"; exit 1; }
-nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no NVIDIA GPU visible"; exit 0; }
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP no NVIDIA GPU visible (nvidia-smi lists none)"; exit 77; }
 rm -rf "$WORK"
 mkdir -p "$WORK"
 passed=0 failed=0
