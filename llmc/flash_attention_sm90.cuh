@@ -64,8 +64,7 @@ BiasPartials flash_attention_sm90_backward(const Context& ctx, __nv_bfloat16* dq
 // and walked by one of:
 enum ScheduleMode : int {
     kOneTileAcross = 0,  // CTA t: head t % heads, rank t / heads
-    kOneTileAlong = 1,   // CTA t: head t / n, rank t % n
-    kPairs = 2,          // persistent: CTA c takes pairs c, c + grid, ... in head order, a pair
+    kPairs = 1,          // persistent: CTA c takes pairs c, c + grid, ... in head order, a pair
                          // being ranks u and n - 1 - u of one head (the same work for every u)
 };
 struct TileSchedule {
@@ -101,8 +100,7 @@ __device__ __forceinline__ Tile schedule_tile(const TileSchedule& s, int i) {
     const int cta = blockIdx.x;
     if (s.mode != kPairs) {
         if (i > 0) return Tile{0, 0, true, false};
-        if (s.mode == kOneTileAcross) return Tile{cta % s.heads, cta / s.heads, false, true};
-        return Tile{cta / s.n, cta % s.n, false, true};
+        return Tile{cta % s.heads, cta / s.heads, false, true};
     }
     const int per_head = (s.n + 1) / 2;
     const long long pair = cta + (long long)(i / 2) * gridDim.x;
