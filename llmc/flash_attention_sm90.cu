@@ -32,10 +32,10 @@
 // the next tile while the consumers finish the last; when the pairs do not split evenly over the
 // SMs (the last round under kPairsBalance full: flash_attention_sm90.cuh), one tile per CTA
 // instead, every head's longest tile first (as the mma.sync kernels do for small grids), and the
-// hardware balances the CTAs. FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes
-// all of its 128 x 128 scores (12.5% more than useful at T = 1024), or 3/4 of them with the half
-// diagonal. Bytes: qkv read about once from
-// DRAM, out written.
+// hardware balances the CTAs.
+// FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes all of its 128 x 128
+// scores (12.5% more than useful at T = 1024), or 3/4 of them with the half diagonal. Bytes: qkv
+// read about once from DRAM, out written.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

@@ -21,8 +21,9 @@
 // mbarrier arrival per warp. A consumer warpgroup either runs each inner tile's GEMM groups one
 // after the other (S and dP, then the gradient GEMMs), or, pipelined, issues S and dP of the next
 // inner tile together with the gradient GEMMs of this one and computes the next P and dS while
-// those run (FlashAttention-3's intra-warpgroup overlap; the ring then holds two tiles in use). Rows past T are zero-filled by TMA and add nothing (dq: lse = +inf
-// for them, so P = 0; dk/dv: their lse is +inf and D 0 in the padded rows). The qkv bias
+// those run (FlashAttention-3's intra-warpgroup overlap; the ring then holds two tiles in use).
+// Rows past T are zero-filled by TMA and add nothing (dq: lse = +inf for them, so P = 0; dk/dv:
+// their lse is +inf and D 0 in the padded rows). The qkv bias
 // gradient (dbias != null): each CTA sums its dq (or dk and dv) by column over its 128 rows in a
 // fixed order into one row of float partials, and qkv_bias_reduce_kernel (flash_attention.cu)
 // adds the rows in order. Deterministic: no atomics, every sum in a fixed order.
