@@ -3,7 +3,9 @@
 // against the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
 //   build/bf16/dev/bench_attention [--iters N] [--shape B,T,NH,HS] [--variants]
-//   (--shape: flash alone; --variants: also every tile-shape variant of flash, named in a legend)
+//   (--shape: flash alone; --variants: also every tile-shape variant of flash, named in a legend;
+//   the Hopper kernels' variants are timed interleaved, kRounds rounds over all of them, so that
+//   their rows compare like with like, and the Hopper backward also kernel by kernel)
 //
 // FLOPs (the FlashAttention papers' convention for causal attention): forward
 // 4 * B*NH*T*T*HS / 2 (two GEMMs, half of them masked), backward 2.5x the forward. TFLOP/s are
@@ -21,11 +23,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "attention.cuh"
 #include "context.cuh"
 #include "flash_attention.cuh"
+#include "flash_attention_sm90.cuh"
 #include "test_util.cuh"
 
 namespace {
@@ -33,6 +37,7 @@ namespace {
 constexpr double kCeilingTflops = 800.0;
 constexpr int kWarmup = 5;
 constexpr int kSets = 2;
+constexpr int kRounds = 5;  // of the interleaved variant comparisons
 
 struct Shape {
     int B, T, NH, HS;
@@ -42,8 +47,9 @@ struct Stats {
     double median, min, p90;
 };
 
-// Times fn(set) `iters` times on ctx.stream, rotating over the input sets.
-Stats time_ms(const Context& ctx, int iters, const std::function<void(int)>& fn) {
+// Times fn(set) `iters` times on ctx.stream, rotating over the input sets; the sorted times.
+std::vector<double> time_samples(const Context& ctx, int iters,
+                                 const std::function<void(int)>& fn) {
     for (int i = 0; i < kWarmup; i++) fn(i % kSets);
     std::vector<cudaEvent_t> ev(2 * iters);
     for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
@@ -61,7 +67,16 @@ Stats time_ms(const Context& ctx, int iters, const std::function<void(int)>& fn)
     }
     for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
     std::sort(ms.begin(), ms.end());
-    return Stats{ms[iters / 2], ms[0], ms[std::min(iters - 1, (int)(0.9 * iters))]};
+    return ms;
+}
+
+Stats stats_of(const std::vector<double>& ms) {
+    const int n = (int)ms.size();
+    return Stats{ms[n / 2], ms[0], ms[std::min(n - 1, (int)(0.9 * n))]};
+}
+
+Stats time_ms(const Context& ctx, int iters, const std::function<void(int)>& fn) {
+    return stats_of(time_samples(ctx, iters, fn));
 }
 
 void print_row(const char* impl, const char* pass, const Shape& s, double gflop, const Stats& st) {
@@ -70,6 +85,32 @@ void print_row(const char* impl, const char* pass, const Shape& s, double gflop,
         "| %-12s | %-3s | %3d | %5d | %3d | %3d | %9.3f | %9.3f | %9.3f | %7.1f | %5.1f%% |\n",
         impl, pass, s.B, s.T, s.NH, s.HS, st.median, st.min, st.p90, tflops,
         100.0 * tflops / kCeilingTflops);
+}
+
+// One timed alternative of a comparison.
+struct Candidate {
+    std::string impl, pass;
+    double gflop;
+    std::function<void(int)> fn;
+};
+
+// Times the candidates in kRounds rounds, each round timing every candidate in turn, and prints
+// one row per candidate over all its samples: alternatives compared this way share the GPU's
+// clock and thermal drift instead of each taking whatever state its turn found.
+void time_interleaved(const Context& ctx, const Shape& s, int iters,
+                      const std::vector<Candidate>& cands) {
+    std::vector<std::vector<double>> samples(cands.size());
+    for (int r = 0; r < kRounds; r++) {
+        for (size_t c = 0; c < cands.size(); c++) {
+            const std::vector<double> ms = time_samples(ctx, iters, cands[c].fn);
+            samples[c].insert(samples[c].end(), ms.begin(), ms.end());
+        }
+    }
+    for (size_t c = 0; c < cands.size(); c++) {
+        std::sort(samples[c].begin(), samples[c].end());
+        print_row(cands[c].impl.c_str(), cands[c].pass.c_str(), s, cands[c].gflop,
+                  stats_of(samples[c]));
+    }
 }
 
 // Device tensors of one implementation: kSets input sets, one output set.
@@ -101,6 +142,46 @@ struct Buffers {
         for (auto* p : dout) delete p;
     }
 };
+
+// The Hopper kernels' variants, interleaved (time_interleaved): every forward variant; where
+// the Hopper backward applies, the backward with both kernels at variant v, then each kernel
+// alone at each variant (dq: 3 of the backward's 5 GEMMs, 1.5x the forward's FLOPs; dk/dv: 4
+// of them, 2x; dk/dv alone reads the lse and D of the last dq run).
+void bench_sm90_variants(const Context& ctx, const Shape& s, int iters, Buffers<__nv_bfloat16>& d) {
+    const double gflop = 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / 2 / 1e9;
+    std::vector<Candidate> fwd;
+    for (int v = 0; v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90); v++) {
+        fwd.push_back({"sm90 fwd" + std::to_string(v), "fwd", gflop, [&, v](int i) {
+                           flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[i]->get(),
+                                                   s.B, s.T, s.NH, s.HS, v, FlashPath::kSm90);
+                       }});
+    }
+    time_interleaved(ctx, s, iters, fwd);
+    if (!flash_attention_sm90_backward_available(ctx, s.HS)) return;
+    flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH, s.HS);
+    struct Part {
+        const char* name;
+        unsigned kernels;
+        double flop_share;
+    };
+    const Part parts[] = {{"bwd", kBackwardDq | kBackwardDkdv, 2.5},
+                          {"dq", kBackwardDq, 1.5},
+                          {"dkdv", kBackwardDkdv, 2.0}};
+    std::vector<Candidate> bwd;
+    for (const Part& part : parts) {
+        for (int v = 0; v < flash_attention_variants(FlashPass::kDq, FlashPath::kSm90); v++) {
+            const unsigned kernels = part.kernels;
+            bwd.push_back({std::string("sm90 ") + part.name + std::to_string(v), "bwd",
+                           part.flop_share * gflop, [&, v, kernels](int i) {
+                               flash_attention_sm90_backward(ctx, d.dqkv.get(), d.scratch.get(),
+                                                             d.dout[i]->get(), d.qkv[i]->get(),
+                                                             d.out.get(), d.lse.get(), s.B, s.T,
+                                                             s.NH, s.HS, false, v, v, kernels);
+                           }});
+        }
+    }
+    time_interleaved(ctx, s, iters, bwd);
+}
 
 // Returns the median forward + backward time of flash (default path and variants) in ms. With
 // `variants`, also times every other tile-shape variant of each pass (the backward with one
@@ -144,11 +225,7 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
             std::snprintf(impl, sizeof(impl), "flash fwd%d", v);
             print_row(impl, "fwd", s, gflop, time_forward(FlashPath::kMmaSync, v));
         }
-        for (int v = 1; sm90 && v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90);
-             v++) {
-            std::snprintf(impl, sizeof(impl), "sm90 fwd%d", v);
-            print_row(impl, "fwd", s, gflop, time_forward(FlashPath::kSm90, v));
-        }
+        if (sm90) bench_sm90_variants(ctx, s, iters, d);
         flash_attention_forward(ctx, d.out.get(), d.lse.get(), d.qkv[0]->get(), s.B, s.T, s.NH,
                                 s.HS);
         for (int pass = 0; pass < 2; pass++) {
@@ -233,6 +310,10 @@ int main(int argc, char** argv) {
         for (int v = 0; v < flash_attention_variants(FlashPass::kForward, FlashPath::kSm90); v++) {
             std::printf("  sm90 fwd%d: %s\n", v,
                         flash_attention_variant_name(FlashPass::kForward, v, FlashPath::kSm90));
+        }
+        for (int v = 0; v < flash_attention_variants(FlashPass::kDq, FlashPath::kSm90); v++) {
+            std::printf("  sm90 bwd%d, dq%d, dkdv%d (both kernels, one alone): %s\n", v, v, v,
+                        flash_attention_variant_name(FlashPass::kDq, v, FlashPath::kSm90));
         }
     }
     std::printf(

@@ -22,7 +22,8 @@
 // Both sets of kernels run (flash_attention.cuh, FlashPath): mma.sync on every shape, and the
 // Hopper (sm_90a) kernels where flash_attention_sm90_available (else one SKIP line says why):
 // every forward variant on HS 64 and 128, each followed by the Hopper backward on HS 64 (the
-// mma.sync one on 128); the default path must equal its kernels' variant 0 bit for bit.
+// mma.sync one on 128), then every variant of the Hopper backward's dq and dk/dv kernels; the
+// default path must equal its kernels' variant 0 bit for bit.
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
@@ -341,6 +342,24 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     }
     for (int v = 1; v < flash_attention_variants(FlashPass::kDkdv); v++) {
         test_variants(ctx, r, d, Variants{0, 0, v});
+    }
+    // The Hopper backward's variants, each kernel's with the other at its default. They issue
+    // the same GEMMs and sums in the same order as variant 0 (only their overlap and ring
+    // differ), so they must reproduce its bits.
+    if (bwd == FlashPath::kSm90) {
+        for (int pass = 0; pass < 2; pass++) {
+            const FlashPass fp = pass == 0 ? FlashPass::kDq : FlashPass::kDkdv;
+            for (int v = 1; v < flash_attention_variants(fp, FlashPath::kSm90); v++) {
+                const Variants vs{0, pass == 0 ? v : 0, pass == 1 ? v : 0, FlashPath::kSm90,
+                                  FlashPath::kSm90};
+                const RunBytes run = test_variants(ctx, r, d, vs);
+                std::snprintf(name, sizeof(name),
+                              "B=%d T=%d NH=%d HS=%d sm90 %s%d = %s0 dqkv, dbias", s.B, s.T, s.NH,
+                              s.HS, pass == 0 ? "dq" : "dkdv", v, pass == 0 ? "dq" : "dkdv");
+                check_bitwise_equal(name, sm90.dqkv, run.dqkv);
+                check_bitwise_equal(name, sm90.dbias, run.dbias);
+            }
+        }
     }
 }
 

@@ -1168,7 +1168,8 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
 int flash_attention_variants(FlashPass pass, FlashPath path) {
     LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
     if (path == FlashPath::kSm90) {
-        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants() : 1;
+        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants()
+                                           : flash_attention_sm90_backward_variants();
     }
     switch (pass) {
         case FlashPass::kForward:
@@ -1185,8 +1186,7 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
                "flash_attention_variant_name: no variant %d.", variant);
     if (path == FlashPath::kSm90) {
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
-        return pass == FlashPass::kDq ? "wgmma, 128 query rows x 64-key tiles"
-                                      : "wgmma, 128 keys x 64-query tiles";
+        return flash_attention_sm90_backward_variant_name(variant);
     }
     return variant_name(pass, variant);
 }
@@ -1220,20 +1220,15 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
-    LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
-                   dkdv_variant < kDkdvVariants,
-               "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
     LLMC_CHECK(path != FlashPath::kAuto || (dq_variant == 0 && dkdv_variant == 0),
                "flash_attention_backward: variants %d / %d need a named path.", dq_variant,
                dkdv_variant);
     const int C = NH * HS;
     if (path == FlashPath::kSm90 ||
         (path == FlashPath::kAuto && flash_attention_sm90_backward_available(ctx, HS))) {
-        LLMC_CHECK(dq_variant == 0 && dkdv_variant == 0,
-                   "flash_attention_backward: the Hopper path has no variants (got %d / %d).",
-                   dq_variant, dkdv_variant);
-        const BiasPartials parts = flash_attention_sm90_backward(
-            ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr);
+        const BiasPartials parts =
+            flash_attention_sm90_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS,
+                                          dbias != nullptr, dq_variant, dkdv_variant);
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
@@ -1241,6 +1236,9 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         }
         return;
     }
+    LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
+                   dkdv_variant < kDkdvVariants,
+               "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);
     float* D = static_cast<float*>(scratch);
     float* part_q = nullptr;
     float* part_kv = nullptr;

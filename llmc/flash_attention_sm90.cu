@@ -6,17 +6,21 @@
 // softmax(q k^T * scale) v and lse (B, NH, T) float = log sum_s exp(score_ts), overwritten;
 // qkv (B, T, 3C) read in place through one TMA descriptor of (HS, 3NH, T, B), HS 64 or 128.
 // A CTA of 3 warpgroups owns query tiles of kBM = 128 rows of one head (one tile, or a pair):
-//   producer warpgroup (one issuing thread, 40 registers): Q of the tile, then K and V tiles of
-//     kBN = 128 keys from the diagonal tile down to key 0, by TMA into a ring of STAGES stages;
-//     each K and V stage has a "full" mbarrier (TMA transaction bytes) and an "empty" one (one
-//     arrival per consumer warp once its wgmmas have read the stage), Q one of each.
+//   producer warpgroup (one issuing thread, 40 registers): Q of the tile (one buffer, or two so
+//     that the next tile's Q loads during this one), then K and V tiles of kBN = 128 keys from
+//     the diagonal tile down to key 0, by TMA into a ring of STAGES stages; each K and V stage
+//     has a "full" mbarrier (TMA transaction bytes) and an "empty" one (one arrival per consumer
+//     warp once its wgmmas have read the stage), each Q buffer one of each.
 //   two consumer warpgroups (232 registers), 64 query rows each: S = Q K^T by wgmma from shared
 //     memory, online softmax in fp32 registers (exp2 with log2(e) folded into the scale, the
 //     causal mask on the first tile only: it is the diagonal one), P rounded to bf16 in
 //     registers, O += P V by wgmma with P as the register A operand and V transposed from shared
 //     memory. A warpgroup issues S of key tile j together with P V of tile j - 1 and computes the
-//     softmax of S while P V runs; with PINGPONG the two warpgroups take turns issuing (named
-//     barriers), so that the softmax of one overlaps the GEMMs of the other.
+//     softmax of S while P V runs (optionally also across query tiles: S of the next tile's
+//     diagonal with P V of this tile's last key tile); with PINGPONG the two warpgroups take
+//     turns issuing (named barriers), so that the softmax of one overlaps the GEMMs of the other.
+//     Warpgroup 0's rows are the tile's first 64, so it may compute only the first 64 keys of
+//     the diagonal tile (the others are above the diagonal for all of its rows).
 //   out = O / l from the accumulator registers to global memory (rows >= T skipped), lse =
 //     m + log l (natural log), as the mma.sync forward writes them.
 // Rows >= T of a tile read as zeros (TMA fills them; the descriptor's T bound keeps a tile from
@@ -28,9 +32,10 @@
 // the next tile while the consumers finish the last; when the pairs do not split evenly over the
 // SMs (the last round under kPairsBalance full: flash_attention_sm90.cuh), one tile per CTA
 // instead, every head's longest tile first (as the mma.sync kernels do for small grids), and the
-// hardware balances the CTAs. FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes
-// all of its 128 x 128 scores (12.5% more than useful at T = 1024). Bytes: qkv read about once from
-// DRAM, out written.
+// hardware balances the CTAs.
+// FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes all of its 128 x 128
+// scores (12.5% more than useful at T = 1024), or 3/4 of them with the half diagonal. Bytes: qkv
+// read about once from DRAM, out written.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -55,31 +60,32 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- Shared memory ------------------------------------------------------------------------------
 
-// Offsets from the 1024-byte aligned base: Q, the K ring, the V ring, then the mbarriers.
-template <int HS, int STAGES>
+// Offsets from the 1024-byte aligned base: QBUF Q tiles, the K ring, the V ring, the mbarriers.
+template <int HS, int STAGES, int QBUF>
 struct ForwardSmem {
     static constexpr uint32_t kQBytes = kBM * HS * 2;
     static constexpr uint32_t kKvBytes = kBN * HS * 2;
     static constexpr uint32_t kQ = 0;
-    static constexpr uint32_t kK = kQ + kQBytes;
+    static constexpr uint32_t kK = kQ + QBUF * kQBytes;
     static constexpr uint32_t kV = kK + STAGES * kKvBytes;
     static constexpr uint32_t kBars = kV + STAGES * kKvBytes;
-    static constexpr int kNumBars = 2 + 4 * STAGES;
+    static constexpr int kNumBars = 2 * QBUF + 4 * STAGES;
     // + 1024: the dynamic shared memory base is only guaranteed 16-byte alignment.
     static constexpr size_t kDynamicBytes = kBars + kNumBars * 8 + 1024;
     static_assert(kQBytes % 1024 == 0 && kKvBytes % 1024 == 0, "tiles keep 1024-byte alignment");
+    static_assert(kDynamicBytes <= 227 * 1024, "fits a CTA's opt-in shared memory");
 
     uint32_t base;
-    __device__ uint32_t q() const { return base + kQ; }
+    __device__ uint32_t q(int i) const { return base + kQ + i * kQBytes; }
     __device__ uint32_t k(int s) const { return base + kK + s * kKvBytes; }
     __device__ uint32_t v(int s) const { return base + kV + s * kKvBytes; }
     __device__ uint32_t bar(int i) const { return base + kBars + 8 * i; }
-    __device__ uint32_t q_full() const { return bar(0); }
-    __device__ uint32_t q_empty() const { return bar(1); }
-    __device__ uint32_t k_full(int s) const { return bar(2 + s); }
-    __device__ uint32_t k_empty(int s) const { return bar(2 + STAGES + s); }
-    __device__ uint32_t v_full(int s) const { return bar(2 + 2 * STAGES + s); }
-    __device__ uint32_t v_empty(int s) const { return bar(2 + 3 * STAGES + s); }
+    __device__ uint32_t q_full(int i) const { return bar(i); }
+    __device__ uint32_t q_empty(int i) const { return bar(QBUF + i); }
+    __device__ uint32_t k_full(int s) const { return bar(2 * QBUF + s); }
+    __device__ uint32_t k_empty(int s) const { return bar(2 * QBUF + STAGES + s); }
+    __device__ uint32_t v_full(int s) const { return bar(2 * QBUF + 2 * STAGES + s); }
+    __device__ uint32_t v_empty(int s) const { return bar(2 * QBUF + 3 * STAGES + s); }
 };
 
 #ifdef LLMC_SM90A_DEVICE
@@ -91,41 +97,22 @@ constexpr int kConsumerWarps = 8;
 // Named barriers of the consumers' turns (0 is __syncthreads').
 constexpr int kTurnBarrier = 1;
 
-// 2^x for x <= 0 on the FMA and integer pipes instead of the SFU (whose 16 results per clock and
-// SM match the tensor cores' rate at HS = 64, so moving some of the exponentials off it can pay):
-// x = n + f with n = round(x) (the 1.5 * 2^23 trick), 2^f by a degree-4 polynomial on [-0.5, 0.5]
-// (relative error 2.7e-6, fitted for this: far below the bf16 rounding of P), and n added to the
-// exponent bits. x is clamped at -125 (2^-125 for anything smaller, where ex2.approx.ftz gives
-// 0 below -126; such a p is negligible against l >= 1).
-__device__ __forceinline__ float exp2_poly(float x) {
-    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-    x = fmaxf(x, -125.0f);
-    const float t = x + kRound;  // n in the low mantissa bits of t
-    const float f = x - (t - kRound);
-    float p = 0.009560510516166687f;
-    p = fmaf(p, f, 0.05591703951358795f);
-    p = fmaf(p, f, 0.24024981260299683f);
-    p = fmaf(p, f, 0.6931219696998596f);
-    p = fmaf(p, f, 0.9999991655349731f);
-    // t's mantissa holds 2^22 + n: shifted left by 23 only n << 23 remains (mod 2^32).
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
-// The producer's one thread: for each tile of this CTA, Q, then K and V of key tiles qb .. 0.
-template <int HS, int STAGES>
-__device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, STAGES>& sm, int NH,
-                                 const TileSchedule& sched) {
-    using Smem = ForwardSmem<HS, STAGES>;
+// The producer's one thread: for each tile of this CTA, Q (into buffer tiles % QBUF), then K and
+// V of key tiles qb .. 0.
+template <int HS, int STAGES, int QBUF>
+__device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, STAGES, QBUF>& sm,
+                                 int NH, const TileSchedule& sched) {
+    using Smem = ForwardSmem<HS, STAGES, QBUF>;
     prefetch_tensor_map(map);
     int kv = 0, tiles = 0;  // K/V tiles and query tiles loaded so far (ring position and phase)
     for (int i = 0;; i++) {
         const Tile t = schedule_tile(sched, i);
         if (t.done) break;
         if (!t.valid) continue;
-        const int b = t.bh / NH, h = t.bh % NH, qb = sched.n - 1 - t.rank;
-        mbar_wait(sm.q_empty(), (tiles & 1) ^ 1);
-        mbar_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
-        tma_load_tile<HS, kBM>(sm.q(), map, sm.q_full(), h, qb * kBM, b);
+        const int b = t.bh / NH, h = t.bh % NH, qb = sched.n - 1 - t.rank, qs = tiles % QBUF;
+        mbar_wait(sm.q_empty(qs), ((tiles / QBUF) & 1) ^ 1);
+        mbar_arrive_expect_tx(sm.q_full(qs), Smem::kQBytes);
+        tma_load_tile<HS, kBM>(sm.q(qs), map, sm.q_full(qs), h, qb * kBM, b);
         for (int kb = qb; kb >= 0; kb--, kv++) {
             const int s = kv % STAGES;
             const uint32_t phase = ((kv / STAGES) & 1) ^ 1;
@@ -141,19 +128,19 @@ __device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, S
 }
 
 // Online softmax of one score tile: this thread's 2 rows (i = 0, 1: fragment rows r and r + 8)
-// x 32 keys. s -> p = exp2(s * scale_log2 - m_new) in place, m the running max (scaled, log2
-// units), l the running partial row sums (this thread's columns), alpha = exp2(m_old - m_new).
-// With MASK, keys after the row (local key index > row_local[i]) are masked. The first tile
-// is the diagonal one and every row has key k0 <= row there, so m is finite from then on (and
-// alpha = exp2(-inf) = 0 on the first tile, where O and l are still empty). With POLY > 0, the
-// exponentials of every POLY-th 8-key chunk use exp2_poly (not with MASK: masked keys need 0).
-template <bool MASK, int POLY>
+// x the first 2 * NE keys (NE = 64: the whole 128-key tile; 32: its first 64 keys). s -> p =
+// exp2(s * scale_log2 - m_new) in place, m the running max (scaled, log2 units), l the running
+// partial row sums (this thread's columns), alpha = exp2(m_old - m_new). With MASK, keys after
+// the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
+// every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
+// the first tile, where O and l are still empty).
+template <bool MASK, int NE>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float scale_log2, int row_local,
                                              int lane) {
     if constexpr (MASK) {
 #pragma unroll
-        for (int e = 0; e < 64; e++) {
+        for (int e = 0; e < NE; e++) {
             const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
             if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
         }
@@ -164,7 +151,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
     for (int i = 0; i < 2; i++) {
         float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NE / 4; j++) {
             mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         }
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
@@ -175,13 +162,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         m[i] = m_new;
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < NE / 4; j++) {
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
-                const float arg = fmaf(x, scale_log2, -m_new);
-                x = POLY > 0 && j % (POLY > 0 ? POLY : 1) == POLY - 1 ? exp2_poly(arg)
-                                                                      : fast_exp2(arg);
+                x = fast_exp2(fmaf(x, scale_log2, -m_new));
                 sum[j % 4] += x;
             }
         }
@@ -195,6 +180,37 @@ __device__ __forceinline__ void rescale(float (&o)[HS / 2], const float (&alpha)
     for (int e = 0; e < HS / 2; e++) o[e] *= alpha[(e / 2) % 2];
 }
 
+// P of the first 2 * NE keys as bf16 A fragments (registers 0 .. NE / 2 - 1 of p).
+template <int NE>
+__device__ __forceinline__ void probabilities_to_a(uint32_t (&p)[32], const float (&s)[64]) {
+#pragma unroll
+    for (int r = 0; r < NE / 2; r++) p[r] = pack_bf16(s[2 * r], s[2 * r + 1]);
+}
+
+// S (64 rows of Q from q_row0 x the first 64 keys of a K tile with HALF, else all 128) = Q K^T.
+template <int HS, bool HALF>
+__device__ __forceinline__ void issue_s(float (&s)[64], uint32_t q_tile, int q_row0,
+                                        uint32_t k_tile) {
+    if constexpr (HALF) {
+        gemm_ss_kmajor<kBN / 2, HS / 16>(reinterpret_cast<float(&)[32]>(s), q_tile, kBM, q_row0,
+                                         k_tile, kBN, false);
+    } else {
+        gemm_ss_kmajor<kBN, HS / 16>(s, q_tile, kBM, q_row0, k_tile, kBN, false);
+    }
+}
+
+// O (+)= P V over the first 64 keys of a V tile with HALF, else all 128.
+template <int HS, bool HALF>
+__device__ __forceinline__ void issue_pv(float (&o)[HS / 2], const uint32_t (&p)[32],
+                                         uint32_t v_tile, bool accumulate) {
+    if constexpr (HALF) {
+        gemm_rs_mnmajor<HS, kBN / 32>(o, reinterpret_cast<const uint32_t(&)[16]>(p), v_tile, kBN,
+                                      accumulate);
+    } else {
+        gemm_rs_mnmajor<HS, kBN / 16>(o, p, v_tile, kBN, accumulate);
+    }
+}
+
 // The turns of the two consumer warpgroups (PINGPONG): warpgroup cw waits for its barrier
 // before issuing and then releases the other's.
 template <bool PINGPONG>
@@ -206,136 +222,254 @@ __device__ __forceinline__ void turn_end(int cw) {
     if constexpr (PINGPONG) named_barrier_arrive(kTurnBarrier + (1 - cw), kConsumerThreads);
 }
 
-// out rows and lse of this thread's 2 rows (row + 8 i), O / l rounded to bf16; rows >= T skipped.
-template <int HS>
-__device__ __forceinline__ void store_output(bf16* __restrict__ out, float* __restrict__ lse,
-                                             const float (&o)[HS / 2], const float (&m)[2],
-                                             float (&l)[2], int row, int T, int b, int h, int NH,
-                                             int lane) {
-    const int C = NH * HS;
+// lse of this thread's 2 rows (row + 8 i) of head bh = m + log l (natural log; rows >= T
+// skipped), and 1 / l in inv (the output's scale).
+__device__ __forceinline__ void finish_rows(float* __restrict__ lse, float (&inv)[2],
+                                            const float (&m)[2], const float (&l)[2], int row,
+                                            int T, int bh, int lane) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        float sum = l[i] + __shfl_xor_sync(0xffffffffu, l[i], 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[i] = 1.0f / sum;
         const int r = row + 8 * i;
-        if (r >= T) continue;
-        const float inv = 1.0f / l[i];
-        bf16* dst = out + ((long long)b * T + r) * C + h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int j = 0; j < HS / 8; j++) {
-            *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-                pack_bf16(o[4 * j + 2 * i] * inv, o[4 * j + 2 * i + 1] * inv);
-        }
-        if (lane % 4 == 0) lse[((long long)b * NH + h) * T + r] = (m[i] + log2f(l[i])) * kLn2;
+        if (r < T && lane % 4 == 0) lse[(long long)bh * T + r] = (m[i] + log2f(sum)) * kLn2;
     }
 }
 
-// One consumer warpgroup (cw = 0, 1: rows 64 cw .. 64 cw + 63 of each tile). Turns: S of the
-// diagonal tile; then for it = 1 .. n - 1, S of key tile it with P V of tile it - 1; then P V of
-// the last tile.
-template <int HS, int STAGES, bool PINGPONG, int POLY>
-__device__ void forward_consumer(const ForwardSmem<HS, STAGES>& sm, bf16* __restrict__ out,
+// out rows of this thread's 2 rows (row + 8 i) of head bh: O * inv rounded to bf16; rows >= T
+// skipped.
+template <int HS>
+__device__ __forceinline__ void store_rows(bf16* __restrict__ out, const float (&o)[HS / 2],
+                                           const float (&inv)[2], int row, int T, int bh, int NH,
+                                           int lane) {
+    const int C = NH * HS;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = row + 8 * i;
+        if (r >= T) continue;
+        bf16* dst = out + ((long long)(bh / NH) * T + r) * C + (bh % NH) * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < HS / 8; j++) {
+            *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+                pack_bf16(o[4 * j + 2 * i] * inv[i], o[4 * j + 2 * i + 1] * inv[i]);
+        }
+    }
+}
+
+// The P V GEMM a consumer warpgroup has still to issue: key tile j of its ring sequence, of
+// the query tile (bh, qb); first: the tile's diagonal one (O starts there), half: over the
+// first 64 keys only (HALF_DIAGONAL).
+struct PendingPv {
+    int j, bh, qb;
+    bool first, half;
+};
+
+// A consumer warpgroup's registers and where it stands.
+template <int HS>
+struct ConsumerState {
+    float s[64], o[HS / 2], m[2], l[2], alpha[2];
+    uint32_t p[32];
+    PendingPv pv;
+    int cw, lane, row_local;
+};
+
+// The steps of a consumer warpgroup below each issue their wgmmas in one turn and wait for all
+// of them before returning (no wgmma is in flight across the branches that pick a step).
+
+// S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
+template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_S>
+__device__ __forceinline__ void step_s(ConsumerState<HS>& c,
+                                       const ForwardSmem<HS, STAGES, QBUF>& sm, int j, int qs,
+                                       bool last_s, float scale_log2) {
+    const int st = j % STAGES;
+    mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
+    turn_begin<PINGPONG>(c.cw);
+    fence_operands(c.s);
+    wgmma_fence();
+    issue_s<HS, HALF_S>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
+    wgmma_commit();
+    turn_end<PINGPONG>(c.cw);
+    wgmma_wait<0>();
+    fence_operands(c.s);
+    release(sm.k_empty(st), c.lane);
+    if (last_s) release(sm.q_empty(qs), c.lane);
+    c.m[0] = c.m[1] = -INFINITY;
+    c.l[0] = c.l[1] = 0.0f;
+    softmax_tile<true, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
+    probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
+}
+
+// S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
+// FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
+// the pending P V ends the previous query tile, whose m and l the caller keeps).
+template <int HS, int STAGES, int QBUF, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
+__device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c,
+                                          const ForwardSmem<HS, STAGES, QBUF>& sm, int j, int qs,
+                                          bool last_s, float scale_log2) {
+    const int st = j % STAGES, pst = c.pv.j % STAGES;
+    // V of the pending tile was loaded before K of this one: waiting for both first costs
+    // nothing and keeps the issue below free of waits.
+    mbar_wait_warp(sm.v_full(pst), (c.pv.j / STAGES) & 1);
+    mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
+    turn_begin<PINGPONG>(c.cw);
+    fence_operands(c.s);
+    fence_operands(c.o);
+    fence_operands(c.p);
+    wgmma_fence();
+    issue_s<HS, HALF_S>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
+    wgmma_commit();
+    issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
+    wgmma_commit();
+    turn_end<PINGPONG>(c.cw);
+    wgmma_wait<1>();  // S done, P V may still run
+    fence_operands(c.s);
+    release(sm.k_empty(st), c.lane);
+    if (last_s) release(sm.q_empty(qs), c.lane);
+    if constexpr (FIRST) {
+        c.m[0] = c.m[1] = -INFINITY;
+        c.l[0] = c.l[1] = 0.0f;
+    }
+    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
+    wgmma_wait<0>();
+    fence_operands(c.o);
+    fence_operands(c.p);
+    release(sm.v_empty(pst), c.lane);
+    if constexpr (!FIRST) rescale<HS>(c.o, c.alpha);
+    probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
+}
+
+// The pending P V alone (HALF_PV: over 64 keys); O is then complete.
+template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_PV>
+__device__ __forceinline__ void step_pv(ConsumerState<HS>& c,
+                                        const ForwardSmem<HS, STAGES, QBUF>& sm) {
+    const int pst = c.pv.j % STAGES;
+    mbar_wait_warp(sm.v_full(pst), (c.pv.j / STAGES) & 1);
+    turn_begin<PINGPONG>(c.cw);
+    fence_operands(c.o);
+    fence_operands(c.p);
+    wgmma_fence();
+    issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
+    wgmma_commit();
+    turn_end<PINGPONG>(c.cw);
+    wgmma_wait<0>();
+    fence_operands(c.o);
+    release(sm.v_empty(pst), c.lane);
+}
+
+// One consumer warpgroup (cw = 0, 1: rows 64 cw .. 64 cw + 63 of each tile). Within a query
+// tile: S of the diagonal tile alone, S of key tile it with P V of tile it - 1 for it = 1 ..
+// n - 1, then P V of the last tile alone and the output. With CROSS_TILE the last P V of a
+// query tile is issued with S of the next tile's diagonal instead (Q has two buffers, so the
+// next tile's Q is loaded during this one), and the output stored once it completes. With
+// HALF_DIAGONAL, warpgroup 0 computes only the first 64 keys of the diagonal tile (its rows are
+// 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
+// S, exponentials and P V there (HALF: this warpgroup does so).
+template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
+          bool CROSS_TILE>
+__device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
-    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
-    const int warp = wt / 32, lane = wt % 32;
-    const int row_local = 64 * cw + 16 * warp + lane / 4;  // this thread's first row in a tile
-    if (PINGPONG && cw == 1) named_barrier_arrive(kTurnBarrier, kConsumerThreads);  // 0 first
+    ConsumerState<HS> c;
+    const int wt = threadIdx.x % 128;
+    c.cw = threadIdx.x / 128 - 1;
+    c.lane = wt % 32;
+    c.row_local = 64 * c.cw + 16 * (wt / 32) + c.lane / 4;  // this thread's first row in a tile
     // Every register of s, o and p is written by a wgmma or a conversion before it is read; the
     // zeros only give the first wgmma (which ignores them: scale-d 0) defined inputs.
-    float s[64] = {}, o[HS / 2] = {}, m[2], l[2], alpha[2];
-    uint32_t p[32] = {};
+#pragma unroll
+    for (int e = 0; e < 64; e++) c.s[e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < HS / 2; e++) c.o[e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 32; e++) c.p[e] = 0u;
+    c.m[0] = c.m[1] = c.l[0] = c.l[1] = 0.0f;
+    c.pv = PendingPv{0, 0, 0, false, false};
+    if (PINGPONG && c.cw == 1) named_barrier_arrive(kTurnBarrier, kConsumerThreads);  // 0 first
+    // lse of the pending P V's query tile now, its output once O is complete.
+    auto finish = [&](float(&inv)[2]) {
+        finish_rows(lse, inv, c.m, c.l, c.pv.qb * kBM + c.row_local, T, c.pv.bh, c.lane);
+    };
+    auto store = [&](const float(&inv)[2]) {
+        store_rows<HS>(out, c.o, inv, c.pv.qb * kBM + c.row_local, T, c.pv.bh, NH, c.lane);
+    };
+    auto drain = [&]() {
+        if (HALF && c.pv.half) {
+            step_pv<HS, STAGES, QBUF, PINGPONG, HALF>(c, sm);
+        } else {
+            step_pv<HS, STAGES, QBUF, PINGPONG, false>(c, sm);
+        }
+        float inv[2];
+        finish(inv);
+        store(inv);
+    };
+    bool pending = false;  // a P V is still to issue (across query tiles: CROSS_TILE)
     int kv = 0, tiles = 0;
     for (int i = 0;; i++) {
         const Tile t = schedule_tile(sched, i);
         if (t.done) break;
         if (!t.valid) continue;
         const int qb = sched.n - 1 - t.rank, n = qb + 1;  // key tiles qb (the diagonal) .. 0
-        mbar_wait_warp(sm.q_full(), tiles & 1);
-        {
-            const int st = kv % STAGES;
-            mbar_wait_warp(sm.k_full(st), (kv / STAGES) & 1);
-            turn_begin<PINGPONG>(cw);
-            fence_operands(s);
-            wgmma_fence();
-            gemm_ss_kmajor<kBN, HS / 16>(s, sm.q(), kBM, 64 * cw, sm.k(st), kBN, false);
-            wgmma_commit();
-            turn_end<PINGPONG>(cw);
-            wgmma_wait<0>();
-            fence_operands(s);
-            release(sm.k_empty(st), lane);
-            if (n == 1) release(sm.q_empty(), lane);
-            m[0] = m[1] = -INFINITY;
-            l[0] = l[1] = 0.0f;
-            softmax_tile<true, 0>(s, m, l, alpha, scale_log2, row_local, lane);
-            accumulator_to_a(p, s);
+        const int qs = tiles % QBUF;
+        mbar_wait_warp(sm.q_full(qs), (tiles / QBUF) & 1);
+        // Where the last query tile had one key tile, its P V is half in warpgroup 0: drained
+        // rather than carried (by both warpgroups, so that they take the same number of turns).
+        if (CROSS_TILE && pending && HALF_DIAGONAL && c.pv.first) {
+            drain();
+            pending = false;
         }
+        if (CROSS_TILE && pending) {
+            float inv[2];  // of the previous tile, whose m and l the step replaces
+            finish(inv);
+            step_s_pv<HS, STAGES, QBUF, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1,
+                                                                     scale_log2);
+            store(inv);
+        } else {
+            step_s<HS, STAGES, QBUF, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
+        }
+        c.pv = PendingPv{kv, t.bh, qb, true, HALF};
+        pending = true;
+#pragma unroll 1
         for (int it = 1; it < n; it++) {
-            const int j = kv + it, st = j % STAGES, prev = (j - 1) % STAGES;
-            // V of tile it - 1 was loaded before K of tile it: waiting for both first costs
-            // nothing and keeps the issue below free of branches.
-            mbar_wait_warp(sm.v_full(prev), ((j - 1) / STAGES) & 1);
-            mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
-            turn_begin<PINGPONG>(cw);
-            fence_operands(s);
-            fence_operands(o);
-            fence_operands(p);
-            wgmma_fence();
-            gemm_ss_kmajor<kBN, HS / 16>(s, sm.q(), kBM, 64 * cw, sm.k(st), kBN, false);
-            wgmma_commit();
-            gemm_rs_mnmajor<HS, kBN / 16>(o, p, sm.v(prev), kBN, it > 1);
-            wgmma_commit();
-            turn_end<PINGPONG>(cw);
-            wgmma_wait<1>();  // S done, P V may still run
-            fence_operands(s);
-            release(sm.k_empty(st), lane);
-            if (it == n - 1) release(sm.q_empty(), lane);
-            softmax_tile<false, POLY>(s, m, l, alpha, scale_log2, row_local, lane);
-            wgmma_wait<0>();
-            fence_operands(o);
-            fence_operands(p);
-            release(sm.v_empty(prev), lane);
-            rescale<HS>(o, alpha);
-            accumulator_to_a(p, s);
+            if (HALF && it == 1) {
+                step_s_pv<HS, STAGES, QBUF, PINGPONG, false, false, HALF>(c, sm, kv + it, qs,
+                                                                          it == n - 1, scale_log2);
+            } else {
+                step_s_pv<HS, STAGES, QBUF, PINGPONG, false, false, false>(c, sm, kv + it, qs,
+                                                                           it == n - 1, scale_log2);
+            }
+            c.pv = PendingPv{kv + it, t.bh, qb, false, false};
         }
-        {
-            const int j = kv + n - 1, st = j % STAGES;
-            mbar_wait_warp(sm.v_full(st), (j / STAGES) & 1);
-            turn_begin<PINGPONG>(cw);
-            fence_operands(o);
-            fence_operands(p);
-            wgmma_fence();
-            gemm_rs_mnmajor<HS, kBN / 16>(o, p, sm.v(st), kBN, n > 1);
-            wgmma_commit();
-            turn_end<PINGPONG>(cw);
-            wgmma_wait<0>();
-            fence_operands(o);
-            release(sm.v_empty(st), lane);
+        if (!CROSS_TILE) {
+            drain();
+            pending = false;
         }
-        store_output<HS>(out, lse, o, m, l, qb * kBM + row_local, T, t.bh / NH, t.bh % NH, NH,
-                         lane);
         kv += n;
         tiles++;
     }
+    if (pending) drain();
     // Warpgroup 1 arrived once more than warpgroup 0 waited (its first arrival): take it, so no
     // barrier is left mid-count.
-    if (PINGPONG && cw == 0) named_barrier_sync(kTurnBarrier, kConsumerThreads);
+    if (PINGPONG && c.cw == 0) named_barrier_sync(kTurnBarrier, kConsumerThreads);
 }
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, int POLY>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
                                         float* __restrict__ lse,  // (B, NH, T)
                                         int T, int NH, float scale_log2, TileSchedule sched) {
 #ifdef LLMC_SM90A_DEVICE
+    constexpr int kQBuf = CROSS_TILE ? 2 : 1;
     extern __shared__ unsigned char smem_raw[];
-    const ForwardSmem<HS, STAGES> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+    const ForwardSmem<HS, STAGES, kQBuf> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
     if (threadIdx.x == 0) {
-        mbar_init(sm.q_full(), 1);
-        mbar_init(sm.q_empty(), kConsumerWarps);
+        for (int i = 0; i < kQBuf; i++) {
+            mbar_init(sm.q_full(i), 1);
+            mbar_init(sm.q_empty(i), kConsumerWarps);
+        }
         for (int s = 0; s < STAGES; s++) {
             mbar_init(sm.k_full(s), 1);
             mbar_init(sm.k_empty(s), kConsumerWarps);
@@ -347,35 +481,56 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) forward_producer<HS, STAGES>(&qkv_map, sm, NH, sched);
+        if (threadIdx.x == 0) forward_producer<HS, STAGES, kQBuf>(&qkv_map, sm, NH, sched);
         return;
     }
     setmaxnreg_inc<232>();
-    forward_consumer<HS, STAGES, PINGPONG, POLY>(sm, out, lse, T, NH, scale_log2, sched);
+    if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
+            sm, out, lse, T, NH, scale_log2, sched);
+    } else {
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
+            sm, out, lse, T, NH, scale_log2, sched);
+    }
 #endif
 }
 
 // ---- Host ---------------------------------------------------------------------------------------
 
-// Variants: stages of the K/V ring, consumer turns, block order (-1: pairs where they balance,
-// else one tile per CTA; see "Block order"), exponentials on the FMA pipe (every poly-th chunk;
-// 0: none). Variant 0 is the default; the others stay compiled for dev/bench_attention
-// --variants and are checked by dev/test_flash_attention.
+// Variants: stages of the K/V ring (0: kDefaultStages of the head size), consumer turns, the
+// half diagonal tile of warpgroup 0, S of the next query tile with the last P V of this one, and
+// the block order (-1: pairs where they balance, else one tile per CTA; see "Block order").
+// Variant 0 is the default; the others stay compiled for dev/bench_attention --variants and are
+// checked by dev/test_flash_attention. The "always pairs" ones run every kernel with several
+// tiles per CTA on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as well).
 struct ForwardVariant {
     int stages;
-    bool pingpong;
+    bool pingpong, half_diagonal, cross_tile;
     int mode;
-    int poly;
     const char* name;
 };
-constexpr int kForwardVariants = 6;
+// Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
+// further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
+// second Q buffer and were slower.
+template <int HS>
+constexpr int kDefaultStages = HS == 64 ? 3 : 2;
+// Carrying P V across query tiles needs a few registers more than the HS = 128 consumers have
+// (its O and S take 96 of them): at HS = 128 the cross_tile variants run without it. (With
+// ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
+template <int HS>
+constexpr bool kCrossTileHeadSize = HS == 64;
+constexpr int kForwardVariants = 8;
 constexpr ForwardVariant kVariants[kForwardVariants] = {
-    {2, true, -1, 0, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
-    {2, true, kOneTileAlong, 0, "128x128, 2 stages, ping-pong, one tile per CTA, heads apart"},
-    {2, false, -1, 0, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles by balance"},
-    {3, true, -1, 0, "128x128 tiles, 3 stages, ping-pong, pairs or tiles by balance"},
-    {2, true, kPairs, 0, "128x128 tiles, 2 stages, ping-pong, always pairs"},
-    {2, true, -1, 4, "as 0, 1 in 4 exponentials on the FMA pipe"},
+    {0, true, false, false, -1,
+     "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance"},
+    {2, true, false, false, -1, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
+    {2, false, false, false, -1, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles"},
+    {3, false, false, false, -1, "128x128 tiles, 3 stages, no ping-pong, pairs or tiles"},
+    {0, true, false, false, kPairs, "as 0, always pairs"},
+    {0, true, true, false, kPairs, "as 0, half diagonal tile in warpgroup 0, always pairs"},
+    {0, true, false, true, kPairs, "as 0, next tile's S with the last P V (HS 64), always pairs"},
+    {0, false, true, true, kPairs,
+     "as 0 without ping-pong, half diagonal and next tile's S (HS 64), always pairs"},
 };
 
 template <typename Kernel>
@@ -385,26 +540,41 @@ bool set_smem(Kernel kernel, size_t bytes) {
     return true;
 }
 
-template <int HS, int STAGES, bool PINGPONG, int POLY>
+template <int HS, int V>
 void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
-                    int NH, int mode) {
-    constexpr size_t smem = ForwardSmem<HS, STAGES>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_forward_kernel<HS, STAGES, PINGPONG, POLY>;
+                    int NH) {
+    constexpr ForwardVariant v = kVariants[V];
+    constexpr int kStages = v.stages > 0 ? v.stages : kDefaultStages<HS>;
+    constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
+    constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
+    auto* const kernel =
+        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
-    const TileSchedule sched = make_schedule(ctx, mode, B * NH, (T + kBM - 1) / kBM);
+    const TileSchedule sched = make_schedule(ctx, v.mode, B * NH, (T + kBM - 1) / kBM);
     const long long grid = schedule_grid(ctx, sched);
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     kernel<<<(unsigned)grid, kThreads, smem, ctx.stream>>>(map, out, lse, T, NH, scale_log2, sched);
     CUDA_CHECK_LAST();
 }
 
+// forward_launch of the run-time variant.
+template <int HS, int V = 0>
+void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, const bf16* qkv, int B,
+                     int T, int NH) {
+    if (variant == V) {
+        forward_launch<HS, V>(ctx, out, lse, qkv, B, T, NH);
+    } else if constexpr (V + 1 < kForwardVariants) {
+        forward_variant<HS, V + 1>(ctx, variant, out, lse, qkv, B, T, NH);
+    }
+}
+
 // Whether the loaded image has the sm_90a kernels (see LLMC_SM90_LAUNCH_BOUND).
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
-    const cudaError_t err =
-        cudaFuncGetAttributes(&attr, flash_attention_sm90_forward_kernel<64, 2, true, 0>);
+    const cudaError_t err = cudaFuncGetAttributes(
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;
@@ -474,22 +644,9 @@ void flash_attention_sm90_forward(const Context& ctx, bf16* out, float* lse, con
                HS);
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
                "flash_attention_sm90_forward: no variant %d.", variant);
-    const ForwardVariant v = kVariants[variant];
-    auto launch = [&](auto hs) {
-        constexpr int kHS = decltype(hs)::value;
-        if (v.stages == 3) {
-            forward_launch<kHS, 3, true, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
-        } else if (v.poly == 4) {
-            forward_launch<kHS, 2, true, 4>(ctx, out, lse, qkv, B, T, NH, v.mode);
-        } else if (v.pingpong) {
-            forward_launch<kHS, 2, true, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
-        } else {
-            forward_launch<kHS, 2, false, 0>(ctx, out, lse, qkv, B, T, NH, v.mode);
-        }
-    };
     if (HS == 64) {
-        launch(std::integral_constant<int, 64>{});
+        forward_variant<64>(ctx, variant, out, lse, qkv, B, T, NH);
     } else {
-        launch(std::integral_constant<int, 128>{});
+        forward_variant<128>(ctx, variant, out, lse, qkv, B, T, NH);
     }
 }

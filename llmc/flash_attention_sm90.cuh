@@ -36,18 +36,27 @@ void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float*
 // (flash_attention_sm90_backward_available: also false with LLMC_FLASH_SM90=fwd). With bias, it
 // also writes the float partial rows of the qkv bias gradient, which flash_attention.cu's reduce
 // kernel adds into dbias: their pointers and row counts are returned (null pointers without bias).
+// Two kernels, dq then dk/dv, each with its variants (the same list for both; variant 0 is the
+// default). `kernels` (kBackwardDq | kBackwardDkdv) launches one of them alone, for the
+// benchmark's split: the dk/dv kernel reads the lse and D rows the dq kernel writes to scratch,
+// so alone it reads those of the last dq launch on the same scratch.
 struct BiasPartials {
     float* q;
     int rows_q;
     float* kv;
     int rows_kv;
 };
+constexpr unsigned kBackwardDq = 1, kBackwardDkdv = 2;
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS);
+int flash_attention_sm90_backward_variants();
+const char* flash_attention_sm90_backward_variant_name(int variant);
 BiasPartials flash_attention_sm90_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                                            const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                            const __nv_bfloat16* out, const float* lse, int B, int T,
-                                           int NH, int HS, bool bias);
+                                           int NH, int HS, bool bias, int dq_variant = 0,
+                                           int dkdv_variant = 0,
+                                           unsigned kernels = kBackwardDq | kBackwardDkdv);
 
 // ---- Shared by the kernels of flash_attention_sm90*.cu ------------------------------------------
 
@@ -64,8 +73,7 @@ BiasPartials flash_attention_sm90_backward(const Context& ctx, __nv_bfloat16* dq
 // and walked by one of:
 enum ScheduleMode : int {
     kOneTileAcross = 0,  // CTA t: head t % heads, rank t / heads
-    kOneTileAlong = 1,   // CTA t: head t / n, rank t % n
-    kPairs = 2,          // persistent: CTA c takes pairs c, c + grid, ... in head order, a pair
+    kPairs = 1,          // persistent: CTA c takes pairs c, c + grid, ... in head order, a pair
                          // being ranks u and n - 1 - u of one head (the same work for every u)
 };
 struct TileSchedule {
@@ -101,8 +109,7 @@ __device__ __forceinline__ Tile schedule_tile(const TileSchedule& s, int i) {
     const int cta = blockIdx.x;
     if (s.mode != kPairs) {
         if (i > 0) return Tile{0, 0, true, false};
-        if (s.mode == kOneTileAcross) return Tile{cta % s.heads, cta / s.heads, false, true};
-        return Tile{cta / s.n, cta % s.n, false, true};
+        return Tile{cta % s.heads, cta / s.heads, false, true};
     }
     const int per_head = (s.n + 1) / 2;
     const long long pair = cta + (long long)(i / 2) * gridDim.x;

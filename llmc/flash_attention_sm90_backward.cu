@@ -18,8 +18,12 @@
 //     rows: they are the A operands as they stand), dV += P^T dO and dK += dS^T Q by wgmma with
 //     dO and Q transposed.
 // The producer warpgroup's one thread issues every TMA load; consumers release ring stages by an
-// mbarrier arrival per warp. Rows past T are zero-filled by TMA and add nothing (dq: lse = +inf
-// for them, so P = 0; dk/dv: their lse is +inf and D 0 in the padded rows). The qkv bias
+// mbarrier arrival per warp. A consumer warpgroup either runs each inner tile's GEMM groups one
+// after the other (S and dP, then the gradient GEMMs), or, pipelined, issues S and dP of the next
+// inner tile together with the gradient GEMMs of this one and computes the next P and dS while
+// those run (FlashAttention-3's intra-warpgroup overlap; the ring then holds two tiles in use).
+// Rows past T are zero-filled by TMA and add nothing (dq: lse = +inf for them, so P = 0; dk/dv:
+// their lse is +inf and D 0 in the padded rows). The qkv bias
 // gradient (dbias != null): each CTA sums its dq (or dk and dv) by column over its 128 rows in a
 // fixed order into one row of float partials, and qkv_bias_reduce_kernel (flash_attention.cu)
 // adds the rows in order. Deterministic: no atomics, every sum in a fixed order.
@@ -45,7 +49,6 @@ typedef __nv_bfloat16 bf16;
 constexpr int kRows = 128;     // query rows of a dq CTA, keys of a dk/dv CTA (64 per warpgroup)
 constexpr int kInner = 64;     // rows of the inner tiles (keys in dq, queries in dk/dv)
 constexpr int kStatsPad = 64;  // lse2 and D rows padded to a multiple of this
-constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr size_t kScratchAlign = 256;
@@ -82,17 +85,17 @@ Scratch split_scratch(void* scratch, int B, int T, int NH, int HS) {
 // or K and V: kRows rows each), the ring (per stage the two inner tiles of kInner rows, then,
 // in dk/dv, kInner floats of lse2 and kInner of D), the D of the dq rows (kRows floats), the
 // bias column partials (2 buffers x 8 warps x HS floats), the mbarriers.
-template <int HS>
+template <int HS, int STAGES>
 struct BwdSmem {
     static constexpr uint32_t kOuterBytes = kRows * HS * 2;
     static constexpr uint32_t kInnerBytes = kInner * HS * 2;
     static constexpr uint32_t kStatsBytes = 2 * kInner * 4;
     static constexpr uint32_t kStageBytes = 2 * kInnerBytes + 1024;  // stats, 1024-aligned
     static constexpr uint32_t kRing = 2 * kOuterBytes;
-    static constexpr uint32_t kRowD = kRing + kStages * kStageBytes;
+    static constexpr uint32_t kRowD = kRing + STAGES * kStageBytes;
     static constexpr uint32_t kPart = kRowD + kRows * 4;
     static constexpr uint32_t kBars = kPart + 2 * 8 * HS * 4;
-    static constexpr int kNumBars = 2 + 2 * kStages;
+    static constexpr int kNumBars = 2 + 2 * STAGES;
     static constexpr size_t kDynamicBytes = kBars + kNumBars * 8 + 1024;
     static_assert(kOuterBytes % 1024 == 0 && kInnerBytes % 1024 == 0, "1024-aligned tiles");
     static_assert(kStatsBytes <= 1024, "lse2 and D fit the stage's last 1024 bytes");
@@ -117,7 +120,7 @@ struct BwdSmem {
     __device__ uint32_t outer_full() const { return bar(0); }
     __device__ uint32_t outer_empty() const { return bar(1); }
     __device__ uint32_t full(int s) const { return bar(2 + s); }
-    __device__ uint32_t empty(int s) const { return bar(2 + kStages + s); }
+    __device__ uint32_t empty(int s) const { return bar(2 + STAGES + s); }
 };
 
 #ifdef LLMC_SM90A_DEVICE
@@ -128,18 +131,18 @@ constexpr int kConsumerWarps = 8;
 constexpr int kConsumersBarrier = 1;
 constexpr int kWarpgroupBarrier = 2;  // + consumer warpgroup index
 
-template <int HS>
-__device__ BwdSmem<HS> bwd_smem(unsigned char* smem_raw) {
+template <int HS, int STAGES>
+__device__ BwdSmem<HS, STAGES> bwd_smem(unsigned char* smem_raw) {
     const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
-    return BwdSmem<HS>{base, smem_raw + (base - raw)};
+    return BwdSmem<HS, STAGES>{base, smem_raw + (base - raw)};
 }
 
-template <int HS>
-__device__ void init_barriers(const BwdSmem<HS>& sm) {
+template <int HS, int STAGES>
+__device__ void init_barriers(const BwdSmem<HS, STAGES>& sm) {
     if (threadIdx.x == 0) {
         mbar_init(sm.outer_full(), 1);
         mbar_init(sm.outer_empty(), kConsumerWarps);
-        for (int s = 0; s < kStages; s++) {
+        for (int s = 0; s < STAGES; s++) {
             mbar_init(sm.full(s), 1);
             mbar_init(sm.empty(s), kConsumerWarps);
         }
@@ -213,10 +216,10 @@ __device__ __forceinline__ int dq_key_tiles(int T, int q0) {
 
 // The producer's thread: per tile Q and dO (kRows rows), then K and V of the key tiles under the
 // tile's rows, from the last down to 0.
-template <int HS>
+template <int HS, int STAGES>
 __device__ void dq_producer(const CUtensorMap* qkv_rows, const CUtensorMap* dout_rows,
-                            const CUtensorMap* qkv_inner, const BwdSmem<HS>& sm, int T, int NH,
-                            const TileSchedule& sched) {
+                            const CUtensorMap* qkv_inner, const BwdSmem<HS, STAGES>& sm, int T,
+                            int NH, const TileSchedule& sched) {
     int kv = 0, tiles = 0;
     for (int i = 0;; i++) {
         const Tile t = schedule_tile(sched, i);
@@ -224,13 +227,13 @@ __device__ void dq_producer(const CUtensorMap* qkv_rows, const CUtensorMap* dout
         if (!t.valid) continue;
         const int b = t.bh / NH, h = t.bh % NH, q0 = (sched.n - 1 - t.rank) * kRows;
         mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
-        mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS>::kOuterBytes);
+        mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS, STAGES>::kOuterBytes);
         tma_load_tile<HS, kRows>(sm.outer(0), qkv_rows, sm.outer_full(), h, q0, b);
         tma_load_tile<HS, kRows>(sm.outer(1), dout_rows, sm.outer_full(), h, q0, b);
         for (int kb = dq_key_tiles(T, q0) - 1; kb >= 0; kb--, kv++) {
-            const int s = kv % kStages;
-            mbar_wait(sm.empty(s), ((kv / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(sm.full(s), 2 * BwdSmem<HS>::kInnerBytes);
+            const int s = kv % STAGES;
+            mbar_wait(sm.empty(s), ((kv / STAGES) & 1) ^ 1);
+            mbar_arrive_expect_tx(sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes);
             tma_load_tile<HS, kInner>(sm.inner(s, 0), qkv_inner, sm.full(s), NH + h, kb * kInner,
                                       b);
             tma_load_tile<HS, kInner>(sm.inner(s, 1), qkv_inner, sm.full(s), 2 * NH + h,
@@ -285,14 +288,30 @@ __device__ void dq_row_stats(float (&row_d)[2], float (&row_lse2)[2], const bf16
     named_barrier_sync(kWarpgroupBarrier + cw, 128);  // rows read before the next tile's writes
 }
 
-// One key tile of a dq warpgroup: S = Q K^T and dP = dO V^T (64 x 64), dS = P (dP - D) -> dq.
-template <int HS>
-__device__ __forceinline__ void dq_step(float (&dq)[HS / 2], float (&s)[32], float (&dp)[32],
-                                        uint32_t (&ds)[16], const BwdSmem<HS>& sm, int st, int cw,
-                                        int k0, int row0, int row_frag, const float (&row_d)[2],
-                                        const float (&row_lse2)[2], float scale_log2,
-                                        bool accumulate, bool last, int lane) {
+// dS = P (dP - D) of one 64 x 64 tile of a dq warpgroup, in place in dp (fp32), with P =
+// exp2(S * scale_log2 - lse2); keys after a row are masked on the diagonal.
+__device__ __forceinline__ void dq_softmax_grad(float (&s)[32], float (&dp)[32], int k0, int row0,
+                                                int row_frag, const float (&row_d)[2],
+                                                const float (&row_lse2)[2], float scale_log2) {
     const int wt = threadIdx.x % 128;
+    const bool diagonal = k0 + kInner - 1 > row0;
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const int i = (e / 2) % 2;
+        float p = fast_exp2(fmaf(s[e], scale_log2, -row_lse2[i]));
+        if (diagonal && k0 + frag_col(wt, e) > row0 + row_frag + 8 * i) p = 0.0f;
+        dp[e] = p * (dp[e] - row_d[i]);
+    }
+}
+
+// One key tile of a dq warpgroup, one GEMM group at a time: S = Q K^T and dP = dO V^T (64 x 64),
+// dS = P (dP - D) -> dq.
+template <int HS, int STAGES>
+__device__ __forceinline__ void dq_step(float (&dq)[HS / 2], float (&s)[32], float (&dp)[32],
+                                        uint32_t (&ds)[16], const BwdSmem<HS, STAGES>& sm, int st,
+                                        int cw, int k0, int row0, int row_frag,
+                                        const float (&row_d)[2], const float (&row_lse2)[2],
+                                        float scale_log2, bool accumulate, bool last, int lane) {
     fence_operands(s);
     fence_operands(dp);
     wgmma_fence();
@@ -304,14 +323,7 @@ __device__ __forceinline__ void dq_step(float (&dq)[HS / 2], float (&s)[32], flo
     fence_operands(s);
     fence_operands(dp);
     if (last) release(sm.outer_empty(), lane);  // Q and dO: read for the last time
-    const bool diagonal = k0 + kInner - 1 > row0;
-#pragma unroll
-    for (int e = 0; e < 32; e++) {
-        const int i = (e / 2) % 2;
-        float p = fast_exp2(fmaf(s[e], scale_log2, -row_lse2[i]));
-        if (diagonal && k0 + frag_col(wt, e) > row0 + row_frag + 8 * i) p = 0.0f;
-        dp[e] = p * (dp[e] - row_d[i]);
-    }
+    dq_softmax_grad(s, dp, k0, row0, row_frag, row_d, row_lse2, scale_log2);
     accumulator_to_a(ds, dp);
     fence_operands(dq);
     fence_operands(ds);
@@ -322,11 +334,68 @@ __device__ __forceinline__ void dq_step(float (&dq)[HS / 2], float (&s)[32], flo
     fence_operands(dq);
 }
 
-template <int HS>
-__device__ void dq_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, const bf16* dout,
-                            const bf16* out, const float* lse, float* lse2, float* D,
-                            float* bias_part, int T, int NH, float scale, float scale_log2,
-                            const TileSchedule& sched) {
+// One key tile of a pipelined dq warpgroup: S and dP of stage st issued with (PENDING) dq += dS K
+// of the previous tile (its dS in ds, its K in stage pst), the dS of this tile computed while
+// that runs; pst is released once it completes. dS of this tile is left in ds for the next step.
+template <int HS, int STAGES, bool PENDING>
+__device__ __forceinline__ void dq_step_overlapped(float (&dq)[HS / 2], float (&s)[32],
+                                                   float (&dp)[32], uint32_t (&ds)[16],
+                                                   const BwdSmem<HS, STAGES>& sm, int st, int pst,
+                                                   int cw, int k0, int row0, int row_frag,
+                                                   const float (&row_d)[2],
+                                                   const float (&row_lse2)[2], float scale_log2,
+                                                   bool accumulate, bool last, int lane) {
+    fence_operands(s);
+    fence_operands(dp);
+    fence_operands(dq);
+    fence_operands(ds);
+    wgmma_fence();
+    gemm_ss_kmajor<kInner, HS / 16>(s, sm.outer(0), kRows, 64 * cw, sm.inner(st, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dp, sm.outer(1), kRows, 64 * cw, sm.inner(st, 1), kInner,
+                                    false);
+    wgmma_commit();
+    if constexpr (PENDING) {
+        gemm_rs_mnmajor<HS, kInner / 16>(dq, ds, sm.inner(pst, 0), kInner, accumulate);
+        wgmma_commit();
+        wgmma_wait<1>();  // S and dP done, dq += dS K may still run
+    } else {
+        wgmma_wait<0>();
+    }
+    fence_operands(s);
+    fence_operands(dp);
+    if (last) release(sm.outer_empty(), lane);  // Q and dO: read for the last time
+    dq_softmax_grad(s, dp, k0, row0, row_frag, row_d, row_lse2, scale_log2);
+    if constexpr (PENDING) {
+        wgmma_wait<0>();
+        fence_operands(dq);
+        fence_operands(ds);
+        release(sm.empty(pst), lane);
+    }
+    accumulator_to_a(ds, dp);
+}
+
+// The last dq += dS K of a pipelined dq warpgroup (K in stage pst, released after).
+template <int HS, int STAGES>
+__device__ __forceinline__ void dq_drain(float (&dq)[HS / 2], uint32_t (&ds)[16],
+                                         const BwdSmem<HS, STAGES>& sm, int pst, bool accumulate,
+                                         int lane) {
+    fence_operands(dq);
+    fence_operands(ds);
+    wgmma_fence();
+    gemm_rs_mnmajor<HS, kInner / 16>(dq, ds, sm.inner(pst, 0), kInner, accumulate);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dq);
+    release(sm.empty(pst), lane);
+}
+
+// PIPELINED: S and dP of each key tile issued with dq += dS K of the one before
+// (dq_step_overlapped), else one GEMM group at a time (dq_step).
+template <int HS, int STAGES, bool PIPELINED>
+__device__ void dq_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dqkv,
+                            const bf16* dout, const bf16* out, const float* lse, float* lse2,
+                            float* D, float* bias_part, int T, int NH, float scale,
+                            float scale_log2, const TileSchedule& sched) {
     const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32;
     const int row_frag = 16 * warp + lane / 4;  // this thread's first row of the warpgroup's 64
@@ -343,19 +412,34 @@ __device__ void dq_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, cons
         dq_row_stats<HS>(row_d, row_lse2, dout, out, lse, lse2, D, sm.row_d(), t.bh, b, h, NH, T,
                          row0, row_frag, cw);
         mbar_wait_warp(sm.outer_full(), tiles & 1);
-        bool first = true;
+        bool first = true;  // no dq GEMM issued yet
+        int pending = -1;   // PIPELINED: the stage whose dq GEMM is still to issue
 #pragma unroll 1
         for (int it = 0; it < n_kb; it++) {
-            const int kb = n_kb - 1 - it, j = kv + it, st = j % kStages;
-            mbar_wait_warp(sm.full(st), (j / kStages) & 1);
+            const int kb = n_kb - 1 - it, j = kv + it, st = j % STAGES;
+            mbar_wait_warp(sm.full(st), (j / STAGES) & 1);
             // Key tiles after every row of this warpgroup add 0 (never the last: key tile 0).
-            if (kb * kInner <= row0 + 63) {
-                dq_step<HS>(dq, s, dp, ds, sm, st, cw, kb * kInner, row0, row_frag, row_d, row_lse2,
-                            scale_log2, !first, it == n_kb - 1, lane);
+            if (kb * kInner > row0 + 63) {
+                release(sm.empty(st), lane);
+            } else if (!PIPELINED) {
+                dq_step<HS, STAGES>(dq, s, dp, ds, sm, st, cw, kb * kInner, row0, row_frag, row_d,
+                                    row_lse2, scale_log2, !first, it == n_kb - 1, lane);
                 first = false;
+                release(sm.empty(st), lane);
+            } else if (pending >= 0) {
+                dq_step_overlapped<HS, STAGES, true>(dq, s, dp, ds, sm, st, pending, cw,
+                                                     kb * kInner, row0, row_frag, row_d, row_lse2,
+                                                     scale_log2, !first, it == n_kb - 1, lane);
+                first = false;
+                pending = st;
+            } else {
+                dq_step_overlapped<HS, STAGES, false>(dq, s, dp, ds, sm, st, 0, cw, kb * kInner,
+                                                      row0, row_frag, row_d, row_lse2, scale_log2,
+                                                      false, it == n_kb - 1, lane);
+                pending = st;
             }
-            release(sm.empty(st), lane);
         }
+        if (PIPELINED) dq_drain<HS, STAGES>(dq, ds, sm, pending, !first, lane);
         bf16* dq_g = dqkv + (long long)b * T * 3 * NH * HS + h * HS;
         store_rows<HS>(dq_g, 3LL * NH * HS, dq, scale, row0 + row_frag, T, lane);
         if (bias_part != nullptr) {
@@ -371,10 +455,11 @@ __device__ void dq_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, cons
 
 // The producer's thread: per tile K and V (kRows keys), then Q, dO, lse2 and D of the query
 // tiles from the diagonal to T.
-template <int HS>
+template <int HS, int STAGES>
 __device__ void dkdv_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qkv_inner,
                               const CUtensorMap* dout_inner, const float* lse2, const float* D,
-                              const BwdSmem<HS>& sm, int T, int NH, const TileSchedule& sched) {
+                              const BwdSmem<HS, STAGES>& sm, int T, int NH,
+                              const TileSchedule& sched) {
     const int n_qt = padded_t(T) / kInner, T_pad = padded_t(T);
     int qs = 0, tiles = 0;
     for (int i = 0;; i++) {
@@ -383,14 +468,14 @@ __device__ void dkdv_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qk
         if (!t.valid) continue;
         const int b = t.bh / NH, h = t.bh % NH, k0 = t.rank * kRows;
         mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
-        mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS>::kOuterBytes);
+        mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS, STAGES>::kOuterBytes);
         tma_load_tile<HS, kRows>(sm.outer(0), qkv_rows, sm.outer_full(), NH + h, k0, b);
         tma_load_tile<HS, kRows>(sm.outer(1), qkv_rows, sm.outer_full(), 2 * NH + h, k0, b);
         for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
-            const int s = qs % kStages;
-            mbar_wait(sm.empty(s), ((qs / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(sm.full(s),
-                                  2 * BwdSmem<HS>::kInnerBytes + BwdSmem<HS>::kStatsBytes);
+            const int s = qs % STAGES;
+            mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
+            mbar_arrive_expect_tx(sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes +
+                                                  BwdSmem<HS, STAGES>::kStatsBytes);
             tma_load_tile<HS, kInner>(sm.inner(s, 0), qkv_inner, sm.full(s), h, qt * kInner, b);
             tma_load_tile<HS, kInner>(sm.inner(s, 1), dout_inner, sm.full(s), h, qt * kInner, b);
             const long long at = (long long)t.bh * T_pad + qt * kInner;
@@ -401,24 +486,14 @@ __device__ void dkdv_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qk
     }
 }
 
-// One query tile of a dk/dv warpgroup: S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries),
-// P^T and dS^T -> dv += P^T dO, dk += dS^T Q.
-template <int HS>
-__device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 2], float (&st)[32],
-                                          float (&dpt)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
-                                          const BwdSmem<HS>& sm, int s, int cw, int q0, int key0,
-                                          float scale_log2, bool accumulate) {
+// P^T and dS^T = P^T (dP^T - D) of one 64 keys x 64 queries tile of a dk/dv warpgroup, in place
+// (fp32), from S^T and dP^T, with lse2 and D of the queries from stage s; queries before a key
+// are masked on the diagonal.
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_softmax_grad(float (&st)[32], float (&dpt)[32],
+                                                  const BwdSmem<HS, STAGES>& sm, int s, int q0,
+                                                  int key0, float scale_log2) {
     const int wt = threadIdx.x % 128;
-    fence_operands(st);
-    fence_operands(dpt);
-    wgmma_fence();
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(st);
-    fence_operands(dpt);
     const float* lse2 = sm.stats_ptr(s);
     const float* d = lse2 + kInner;
     const bool diagonal = q0 < key0 + 63;  // some query before some key
@@ -430,6 +505,26 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 
         st[e] = p;
         dpt[e] = p * (dpt[e] - d[q]);
     }
+}
+
+// One query tile of a dk/dv warpgroup, one GEMM group at a time: S^T = K Q^T and dP^T = V dO^T
+// (64 keys x 64 queries), P^T and dS^T -> dv += P^T dO, dk += dS^T Q.
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 2], float (&st)[32],
+                                          float (&dpt)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
+                                          const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
+                                          int key0, float scale_log2, bool accumulate) {
+    fence_operands(st);
+    fence_operands(dpt);
+    wgmma_fence();
+    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
+                                    false);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(st);
+    fence_operands(dpt);
+    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
     accumulator_to_a(pa, st);
     accumulator_to_a(dsa, dpt);
     fence_operands(dk);
@@ -445,9 +540,76 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 
     fence_operands(dv);
 }
 
-template <int HS>
-__device__ void dkdv_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, float* bias_part,
-                              int T, int NH, float scale, float scale_log2,
+// One query tile of a pipelined dk/dv warpgroup: S^T and dP^T of stage s issued with
+// (PENDING) dv += P^T dO and dk += dS^T Q of the previous tile (P^T and dS^T in pa and dsa, its
+// Q and dO in stage ps), P^T and dS^T of this tile computed while those run; ps is released
+// once they complete. P^T and dS^T of this tile are left in pa and dsa for the next step.
+template <int HS, int STAGES, bool PENDING>
+__device__ __forceinline__ void dkdv_step_overlapped(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                                     float (&st)[32], float (&dpt)[32],
+                                                     uint32_t (&pa)[16], uint32_t (&dsa)[16],
+                                                     const BwdSmem<HS, STAGES>& sm, int s, int ps,
+                                                     int cw, int q0, int key0, float scale_log2,
+                                                     bool accumulate, int lane) {
+    fence_operands(st);
+    fence_operands(dpt);
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(pa);
+    fence_operands(dsa);
+    wgmma_fence();
+    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
+                                    false);
+    wgmma_commit();
+    if constexpr (PENDING) {
+        gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
+        gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(ps, 0), kInner, accumulate);
+        wgmma_commit();
+        wgmma_wait<1>();  // S^T and dP^T done, dv and dk may still run
+    } else {
+        wgmma_wait<0>();
+    }
+    fence_operands(st);
+    fence_operands(dpt);
+    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+    if constexpr (PENDING) {
+        wgmma_wait<0>();
+        fence_operands(dk);
+        fence_operands(dv);
+        fence_operands(pa);
+        fence_operands(dsa);
+        release(sm.empty(ps), lane);
+    }
+    accumulator_to_a(pa, st);
+    accumulator_to_a(dsa, dpt);
+}
+
+// The last dv += P^T dO and dk += dS^T Q of a pipelined dk/dv warpgroup (stage ps, released).
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                           uint32_t (&pa)[16], uint32_t (&dsa)[16],
+                                           const BwdSmem<HS, STAGES>& sm, int ps, bool accumulate,
+                                           int lane) {
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(pa);
+    fence_operands(dsa);
+    wgmma_fence();
+    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
+    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(ps, 0), kInner, accumulate);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dk);
+    fence_operands(dv);
+    release(sm.empty(ps), lane);
+}
+
+// PIPELINED: S^T and dP^T of each query tile issued with dv and dk of the one before
+// (dkdv_step_overlapped), else one GEMM group at a time (dkdv_step).
+template <int HS, int STAGES, bool PIPELINED>
+__device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dqkv,
+                              float* bias_part, int T, int NH, float scale, float scale_log2,
                               const TileSchedule& sched) {
     const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
     const int warp = wt / 32, lane = wt % 32;
@@ -463,20 +625,36 @@ __device__ void dkdv_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, fl
         const int b = t.bh / NH, h = t.bh % NH, kb = t.rank;
         const int k0 = kb * kRows, key0 = k0 + 64 * cw;  // this warpgroup's first key
         mbar_wait_warp(sm.outer_full(), tiles & 1);
-        bool first = true;
+        bool first = true;  // no dk/dv GEMM issued yet
+        int pending = -1;   // PIPELINED: the stage whose dk/dv GEMMs are still to issue
 #pragma unroll 1
         for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
-            const int s = qs % kStages;
-            mbar_wait_warp(sm.full(s), (qs / kStages) & 1);
+            const int s = qs % STAGES;
+            mbar_wait_warp(sm.full(s), (qs / STAGES) & 1);
             // Query tiles before every key of this warpgroup add 0.
-            if (qt * kInner + 63 >= key0) {
-                dkdv_step<HS>(dk, dv, st, dpt, pa, dsa, sm, s, cw, qt * kInner, key0, scale_log2,
-                              !first);
+            if (qt * kInner + 63 < key0) {
+                release(sm.empty(s), lane);
+            } else if (!PIPELINED) {
+                dkdv_step<HS, STAGES>(dk, dv, st, dpt, pa, dsa, sm, s, cw, qt * kInner, key0,
+                                      scale_log2, !first);
                 first = false;
+                release(sm.empty(s), lane);
+            } else if (pending >= 0) {
+                dkdv_step_overlapped<HS, STAGES, true>(dk, dv, st, dpt, pa, dsa, sm, s, pending, cw,
+                                                       qt * kInner, key0, scale_log2, !first, lane);
+                first = false;
+                pending = s;
+            } else {
+                dkdv_step_overlapped<HS, STAGES, false>(dk, dv, st, dpt, pa, dsa, sm, s, 0, cw,
+                                                        qt * kInner, key0, scale_log2, false, lane);
+                pending = s;
             }
-            release(sm.empty(s), lane);
         }
         release(sm.outer_empty(), lane);  // K and V: read for the last time
+        if (PIPELINED && pending >= 0) {
+            dkdv_drain<HS, STAGES>(dk, dv, pa, dsa, sm, pending, !first, lane);
+            first = false;
+        }
         if (first) {  // every key of this warpgroup >= T: no query tile reached them
 #pragma unroll
             for (int e = 0; e < HS / 2; e++) dk[e] = dv[e] = 0.0f;
@@ -496,7 +674,7 @@ __device__ void dkdv_consumer(const BwdSmem<HS>& sm, bf16* __restrict__ dqkv, fl
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule over (B*NH heads, ceil(T / 128) query tiles); 384 threads.
-template <int HS>
+template <int HS, int STAGES, bool PIPELINED>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_dq_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                    const __grid_constant__ CUtensorMap dout_rows,
@@ -512,23 +690,24 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
                                    TileSchedule sched) {
 #ifdef LLMC_SM90A_DEVICE
     extern __shared__ unsigned char smem_raw[];
-    const BwdSmem<HS> sm = bwd_smem<HS>(smem_raw);
+    const BwdSmem<HS, STAGES> sm = bwd_smem<HS, STAGES>(smem_raw);
     init_barriers(sm);
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             prefetch_tensor_map(&qkv_inner);
-            dq_producer<HS>(&qkv_rows, &dout_rows, &qkv_inner, sm, T, NH, sched);
+            dq_producer<HS, STAGES>(&qkv_rows, &dout_rows, &qkv_inner, sm, T, NH, sched);
         }
         return;
     }
     setmaxnreg_inc<232>();
-    dq_consumer<HS>(sm, dqkv, dout, out, lse, lse2, D, bias_part, T, NH, scale, scale_log2, sched);
+    dq_consumer<HS, STAGES, PIPELINED>(sm, dqkv, dout, out, lse, lse2, D, bias_part, T, NH, scale,
+                                       scale_log2, sched);
 #endif
 }
 
 // Grid: TileSchedule over (B*NH heads, ceil(T / 128) key tiles); 384 threads.
-template <int HS>
+template <int HS, int STAGES, bool PIPELINED>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_dkdv_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                      const __grid_constant__ CUtensorMap qkv_inner,
@@ -541,20 +720,42 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
                                      TileSchedule sched) {
 #ifdef LLMC_SM90A_DEVICE
     extern __shared__ unsigned char smem_raw[];
-    const BwdSmem<HS> sm = bwd_smem<HS>(smem_raw);
+    const BwdSmem<HS, STAGES> sm = bwd_smem<HS, STAGES>(smem_raw);
     init_barriers(sm);
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             prefetch_tensor_map(&qkv_inner);
-            dkdv_producer<HS>(&qkv_rows, &qkv_inner, &dout_inner, lse2, D, sm, T, NH, sched);
+            dkdv_producer<HS, STAGES>(&qkv_rows, &qkv_inner, &dout_inner, lse2, D, sm, T, NH,
+                                      sched);
         }
         return;
     }
     setmaxnreg_inc<232>();
-    dkdv_consumer<HS>(sm, dqkv, bias_part, T, NH, scale, scale_log2, sched);
+    dkdv_consumer<HS, STAGES, PIPELINED>(sm, dqkv, bias_part, T, NH, scale, scale_log2, sched);
 #endif
 }
+
+// ---- Host ---------------------------------------------------------------------------------------
+
+// Variants of each kernel (the dq and the dk/dv kernel take theirs independently): stages of the
+// inner-tile ring, pipelined or one GEMM group at a time, block order (-1: pairs where they
+// balance, else one tile per CTA). Variant 0 is the default; the others stay compiled for
+// dev/bench_attention --variants and are checked by dev/test_flash_attention (the "always pairs"
+// one runs several tiles per CTA on the test's small grids too).
+struct BackwardVariant {
+    int stages;
+    bool pipelined;
+    int mode;
+    const char* name;
+};
+constexpr int kBackwardVariants = 4;
+constexpr BackwardVariant kBwdVariants[kBackwardVariants] = {
+    {2, false, -1, "128 rows x 64-row inner tiles, 2 stages, one GEMM group at a time"},
+    {4, false, -1, "as 0 with 4 stages"},
+    {4, true, -1, "4 stages, next inner tile's S and dP issued with this one's gradient GEMMs"},
+    {4, true, kPairs, "as 2, always pairs"},
+};
 
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
@@ -565,41 +766,93 @@ bool set_smem(Kernel kernel, size_t bytes) {
 
 bool image_has_backward_kernels() {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, flash_attention_sm90_dkdv_kernel<64>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, flash_attention_sm90_dkdv_kernel<64, 2, false>) !=
+        cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
     return attr.maxThreadsPerBlock >= kThreads;
 }
 
+// The tensor maps, scales and scratch of one backward call.
+struct BackwardArgs {
+    CUtensorMap qkv_rows, qkv_inner, dout_rows, dout_inner;
+    bf16* dqkv;
+    const bf16 *dout, *out;
+    const float* lse;
+    Scratch sc;
+    BiasPartials parts;
+    int B, T, NH;
+    float scale, scale_log2;
+};
+
+template <int HS, int V>
+void dq_launch(const Context& ctx, const BackwardArgs& a) {
+    constexpr BackwardVariant v = kBwdVariants[V];
+    constexpr size_t smem = BwdSmem<HS, v.stages>::kDynamicBytes;
+    auto* const kernel = flash_attention_sm90_dq_kernel<HS, v.stages, v.pipelined>;
+    static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
+    (void)smem_set;
+    const TileSchedule sched = make_schedule(ctx, v.mode, a.B * a.NH, (a.T + kRows - 1) / kRows);
+    kernel<<<(unsigned)schedule_grid(ctx, sched), kThreads, smem, ctx.stream>>>(
+        a.qkv_rows, a.dout_rows, a.qkv_inner, a.dqkv, a.dout, a.out, a.lse, a.sc.lse2, a.sc.d,
+        a.parts.q, a.T, a.NH, a.scale, a.scale_log2, sched);
+    CUDA_CHECK_LAST();
+}
+
+template <int HS, int V>
+void dkdv_launch(const Context& ctx, const BackwardArgs& a) {
+    constexpr BackwardVariant v = kBwdVariants[V];
+    constexpr size_t smem = BwdSmem<HS, v.stages>::kDynamicBytes;
+    auto* const kernel = flash_attention_sm90_dkdv_kernel<HS, v.stages, v.pipelined>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
+    const TileSchedule sched = make_schedule(ctx, v.mode, a.B * a.NH, (a.T + kRows - 1) / kRows);
+    kernel<<<(unsigned)schedule_grid(ctx, sched), kThreads, smem, ctx.stream>>>(
+        a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.sc.lse2, a.sc.d, a.parts.kv, a.T, a.NH,
+        a.scale, a.scale_log2, sched);
+    CUDA_CHECK_LAST();
+}
+
+// The launch of the run-time variant.
+template <int HS, int V = 0>
+void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int variant) {
+    if (variant == V) {
+        if (dq) {
+            dq_launch<HS, V>(ctx, a);
+        } else {
+            dkdv_launch<HS, V>(ctx, a);
+        }
+    } else if constexpr (V + 1 < kBackwardVariants) {
+        backward_launch<HS, V + 1>(ctx, a, dq, variant);
+    }
+}
+
 template <int HS>
 BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                          const bf16* qkv, const bf16* out, const float* lse, int B, int T, int NH,
-                         bool bias) {
-    constexpr size_t smem = BwdSmem<HS>::kDynamicBytes;
-    static const bool smem_set = set_smem(flash_attention_sm90_dq_kernel<HS>, smem) &&
-                                 set_smem(flash_attention_sm90_dkdv_kernel<HS>, smem);
-    (void)smem_set;
-    const Scratch sc = split_scratch(scratch, B, T, NH, HS);
-    const CUtensorMap qkv_rows = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kRows);
-    const CUtensorMap qkv_inner = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kInner);
-    const CUtensorMap dout_rows = make_row_tensor_map(dout, B, T, NH, HS, kRows);
-    const CUtensorMap dout_inner = make_row_tensor_map(dout, B, T, NH, HS, kInner);
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = kLog2e * scale;
-    const TileSchedule sched = make_schedule(ctx, -1, B * NH, (T + kRows - 1) / kRows);
-    const unsigned grid = (unsigned)schedule_grid(ctx, sched);
-    BiasPartials parts{bias ? sc.part_q : nullptr, B * sched.n, bias ? sc.part_kv : nullptr,
-                       B * sched.n};
+                         bool bias, int dq_variant, int dkdv_variant, unsigned kernels) {
+    BackwardArgs a;
+    a.qkv_rows = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kRows);
+    a.qkv_inner = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kInner);
+    a.dout_rows = make_row_tensor_map(dout, B, T, NH, HS, kRows);
+    a.dout_inner = make_row_tensor_map(dout, B, T, NH, HS, kInner);
+    a.dqkv = dqkv;
+    a.dout = dout;
+    a.out = out;
+    a.lse = lse;
+    a.sc = split_scratch(scratch, B, T, NH, HS);
+    const int rows = B * ((T + kRows - 1) / kRows);
+    a.parts = BiasPartials{bias ? a.sc.part_q : nullptr, rows, bias ? a.sc.part_kv : nullptr, rows};
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.scale_log2 = kLog2e * a.scale;
     // dq first: it writes lse2 and D, which dk/dv reads.
-    flash_attention_sm90_dq_kernel<HS><<<grid, kThreads, smem, ctx.stream>>>(
-        qkv_rows, dout_rows, qkv_inner, dqkv, dout, out, lse, sc.lse2, sc.d, parts.q, T, NH, scale,
-        scale_log2, sched);
-    CUDA_CHECK_LAST();
-    flash_attention_sm90_dkdv_kernel<HS>
-        <<<grid, kThreads, smem, ctx.stream>>>(qkv_rows, qkv_inner, dout_inner, dqkv, sc.lse2, sc.d,
-                                               parts.kv, T, NH, scale, scale_log2, sched);
-    CUDA_CHECK_LAST();
-    return parts;
+    if (kernels & kBackwardDq) backward_launch<HS>(ctx, a, true, dq_variant);
+    if (kernels & kBackwardDkdv) backward_launch<HS>(ctx, a, false, dkdv_variant);
+    return a.parts;
 }
 
 }  // namespace
@@ -619,15 +872,28 @@ size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS) {
            aligned_bytes(part_rows(B, T) * 2 * NH * HS * sizeof(float));
 }
 
+int flash_attention_sm90_backward_variants() { return kBackwardVariants; }
+
+const char* flash_attention_sm90_backward_variant_name(int variant) {
+    LLMC_CHECK(variant >= 0 && variant < kBackwardVariants,
+               "flash_attention_sm90_backward_variant_name: no variant %d.", variant);
+    return kBwdVariants[variant].name;
+}
+
 BiasPartials flash_attention_sm90_backward(const Context& ctx, bf16* dqkv, void* scratch,
                                            const bf16* dout, const bf16* qkv, const bf16* out,
                                            const float* lse, int B, int T, int NH, int HS,
-                                           bool bias) {
+                                           bool bias, int dq_variant, int dkdv_variant,
+                                           unsigned kernels) {
     NvtxRange range("flash_attention_sm90_backward");
     LLMC_CHECK(flash_attention_sm90_backward_available(ctx, HS),
                "flash_attention_sm90_backward: the Hopper backward cannot run here (HS=%d; it "
                "needs HS 64, a compute capability 9.0 GPU, a build for sm_90a, and "
                "LLMC_FLASH_SM90 unset or 1).",
                HS);
-    return backward_hs<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, bias);
+    LLMC_CHECK(dq_variant >= 0 && dq_variant < kBackwardVariants && dkdv_variant >= 0 &&
+                   dkdv_variant < kBackwardVariants,
+               "flash_attention_sm90_backward: no variant %d / %d.", dq_variant, dkdv_variant);
+    return backward_hs<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, bias, dq_variant,
+                           dkdv_variant, kernels);
 }
