@@ -101,27 +101,43 @@ run_job() {
 
 # --- dumps and test_gpt2cu ------------------------------------------------------------------
 RUNS=("bf16:1:1" "bf16:1:0" "fp32:1:1" "fp32:1:0" "fp32:0:1" "fp32:0:0")  # precision:tf32:graph
+# The dumps first, DUMP_JOBS at once (each a PyTorch process on the GPU, ~20 s), then the tests.
+DUMP_JOBS=${LLMC_SHAPES_DUMP_JOBS:-6}
+dump_config() {  # dump_config DIR I NAME L NH C V B T maxT: the model, its state (and the derived one)
+    local d=$1 i=$2 name=$3 L=$4 NH=$5 C=$6 V=$7 B=$8 T=$9 maxT=${10} t=$SECONDS
+    if "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" --n-embd "$C" --vocab-size "$V" \
+        --block-size "$maxT" -b "$B" -t "$T" --random-biases --seed "$((seed + i))" -l 1e-3 -c 0.1 \
+        --device cuda --write-model "$d/model.bin" --write-state "$d/state.bin" >"$d/dump.log" 2>&1; then
+        echo 0 >"$d/dump.rc"
+        echo "  c$(printf %02d "$i") dumped in $((SECONDS - t)) s"
+    else
+        echo 1 >"$d/dump.rc"
+        echo "  c$(printf %02d "$i") dump FAILED (see $d/dump.log)"
+        return
+    fi
+    if [ "$name" = reviewer_tf32 ]; then
+        "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" --n-embd "$C" --vocab-size "$V" \
+            --block-size "$maxT" -b "$B" -t "$T" --random-biases --seed "$((seed + i))" -l 1e-3 \
+            -c 0.1 --device cuda --tf32-baseline none --write-state "$d/state_derived.bin" \
+            >"$d/dump_derived.log" 2>&1 && echo 0 >"$d/dump_derived.rc"
+    fi
+}
 i=0
 while read -r name L NH C V B T maxT; do
     i=$((i + 1))
     d=$(printf "%s/c%02d" "$out" "$i")
     mkdir -p "$d"
     echo "$name L=$L NH=$NH C=$C V=$V B=$B T=$T maxT=$maxT" >"$d/config.txt"
-    t=$SECONDS
-    if "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" --n-embd "$C" --vocab-size "$V" \
-        --block-size "$maxT" -b "$B" -t "$T" --random-biases --seed "$((seed + i))" -l 1e-3 -c 0.1 \
-        --device cuda --write-model "$d/model.bin" --write-state "$d/state.bin" >"$d/dump.log" 2>&1; then
-        echo 0 >"$d/dump.rc"
-        echo "  c$(printf %02d $i) dumped in $((SECONDS - t)) s"
-    else
-        echo 1 >"$d/dump.rc"
-        echo "  c$(printf %02d $i) dump FAILED (see $d/dump.log)"
-        continue
-    fi
-    if [ "$name" = reviewer_tf32 ] && "$PY" scripts/train_gpt2.py --n-layer "$L" --n-head "$NH" \
-        --n-embd "$C" --vocab-size "$V" --block-size "$maxT" -b "$B" -t "$T" --random-biases \
-        --seed "$((seed + i))" -l 1e-3 -c 0.1 --device cuda --tf32-baseline none \
-        --write-state "$d/state_derived.bin" >"$d/dump_derived.log" 2>&1; then
+    while [ "$(jobs -rp | wc -l)" -ge "$DUMP_JOBS" ]; do wait -n; done
+    dump_config "$d" "$i" "$name" "$L" "$NH" "$C" "$V" "$B" "$T" "$maxT" &
+done <<<"$configs"
+wait
+i=0
+while read -r name L NH C V B T maxT; do
+    i=$((i + 1))
+    d=$(printf "%s/c%02d" "$out" "$i")
+    [ "$(cat "$d/dump.rc" 2>/dev/null)" = 0 ] || continue
+    if [ -f "$d/dump_derived.rc" ]; then
         run_job "$d" "test_fp32_tf32-1_graph1_derived" build/fp32/test_gpt2cu --model "$d/model.bin" \
             --state "$d/state_derived.bin" --tf32 1 --graph 1
     fi
