@@ -190,10 +190,12 @@ int main(int argc, char** argv) {
     // mantissa would move logits by more than the greedy test's fp32 bound.
     context_init(&ctx, gc.device, /*tf32=*/false);
     // One sequence of the prompt and the new tokens, up to the model's maximum (a longer text
-    // slides its window). The optimizer state is allocated but never used.
+    // slides its window).
     const int T = (int)std::min<long long>((long long)ids.size() + gc.max_tokens, cfg.max_seq_len);
     GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, 1, T, 1, AdamWHyper{});
+    gpt2_create(ctx, &model, cfg, params, 1, T);
+    EvalIO io;
+    eval_io_create(&io, 1, T);
     std::printf("build        %s\n", kPrecisionName);
     std::printf("prompt       %zu tokens; %d new, temperature %g, top-k %d, seed %llu\n",
                 ids.size(), gc.max_tokens, gc.temperature, gc.top_k, gc.seed);
@@ -208,7 +210,7 @@ int main(int argc, char** argv) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
     };
-    const bool ok = gpt2_generate(ctx, &model, &ids, gc.max_tokens, opts, &rng, &why, show);
+    const bool ok = gpt2_generate(ctx, &model, &io, &ids, gc.max_tokens, opts, &rng, &why, show);
     std::printf("\n---\n");
     if (gc.print_ids) {
         std::printf("ids:");

@@ -28,7 +28,10 @@
 
 #include "cli.h"
 #include "gpt2.cuh"
+#include "gpt2_eval.cuh"
+#include "optimizer.cuh"
 #include "test_device.h"
+#include "train_step.cuh"
 
 using namespace llmc;
 
@@ -277,6 +280,25 @@ GPT2Options model_options(int recompute, size_t N) {
     return o;
 }
 
+// A model with its AdamW and its one-micro-step training step, the dump's batch in the step's
+// token buffer.
+struct Training {
+    GPT2 model;
+    AdamW opt;
+    TrainStep step;
+};
+
+void make_training(const Context& ctx, Training* t, const GPT2Config& cfg,
+                   const std::vector<float>& params, const DebugState& st, const AdamWHyper& hyper,
+                   int recompute) {
+    const size_t N = (size_t)st.B * st.T;
+    gpt2_create(ctx, &t->model, cfg, params, st.B, st.T, model_options(recompute, N));
+    optimizer_create(ctx, &t->opt, t->model.layout, params, hyper);
+    train_step_create(&t->step, &t->model, &t->opt, 1);
+    std::memcpy(t->step.io.tokens, st.x.data(), N * sizeof(int));
+    std::memcpy(t->step.io.tokens + N, st.y.data(), N * sizeof(int));
+}
+
 // Builds the model with another recompute mode, runs one step on the same batch and compares
 // its gradients with `ref` (from mode `ref_recompute`). The forward is the same in every mode
 // and the recomputed layernorm outputs are the forward's kernel on the forward's inputs, so
@@ -294,17 +316,14 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
                                const std::vector<float>& params, const DebugState& st,
                                const AdamWHyper& hyper, int recompute, int ref_recompute,
                                bool graph, const std::vector<float>& ref) {
-    const size_t N = (size_t)st.B * st.T;
-    GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
-    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
-    model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-    model.io.step_values->step = 1;
-    gpt2_step(ctx, &model, graph);
+    Training t;
+    make_training(ctx, &t, cfg, params, st, hyper, recompute);
+    t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+    t.step.io.step_values->step = 1;
+    train_step_run(ctx, &t.step, graph);
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     std::vector<float> grads;
-    gpt2_download_grads(ctx, model, &grads);
+    gpt2_download_grads(ctx, t.model, &grads);
     LLMC_CHECK(grads.size() == ref.size(), "gradient count differs between recompute modes");
     const bool gelu_differs = (recompute >= 1) != (ref_recompute >= 1);
     const ParamLayout lay = param_layout(cfg);
@@ -355,20 +374,17 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
     ctx->layernorm_backward_variant = on ? 1 : 0;
     ctx->classifier_variant = on ? 1 : 0;
     const std::string flipped = context_overlap_summary(*ctx);
-    const size_t N = (size_t)st.B * st.T;
     std::vector<float> grads, losses;
     {
-        GPT2 model;
-        gpt2_create(*ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
-        std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-        std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
+        Training t;
+        make_training(*ctx, &t, cfg, params, st, hyper, recompute);
         for (size_t k = 0; k < ref_losses.size(); k++) {
-            model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-            model.io.step_values->step = (int)k + 1;
-            gpt2_step(*ctx, &model, graph);
+            t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+            t.step.io.step_values->step = (int)k + 1;
+            train_step_run(*ctx, &t.step, graph);
             CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-            losses.push_back(model.io.results[0]);
-            if (k == 0) gpt2_download_grads(*ctx, model, &grads);
+            losses.push_back(t.step.io.results[0]);
+            if (k == 0) gpt2_download_grads(*ctx, t.model, &grads);
         }
     }
     context_set_overlap(ctx, branches, pdl);
@@ -404,20 +420,17 @@ struct StepRun {
     std::vector<float> step_losses, grads, params;
 };
 
-void run_steps(const Context& ctx, GPT2* model, const DebugState& st, bool graph, StepRun* out) {
-    const size_t N = (size_t)st.B * st.T;
-    std::memcpy(model->io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model->io.tokens + N, st.y.data(), N * sizeof(int));
+void run_steps(const Context& ctx, Training* t, const DebugState& st, bool graph, StepRun* out) {
     out->step_losses.clear();
     for (int k = 0; k < std::max(1, st.n_steps); k++) {
-        model->io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-        model->io.step_values->step = k + 1;
-        gpt2_step(ctx, model, graph);
+        t->step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+        t->step.io.step_values->step = k + 1;
+        train_step_run(ctx, &t->step, graph);
         CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-        out->step_losses.push_back(model->io.results[0]);
-        if (k == 0) gpt2_download_grads(ctx, *model, &out->grads);
+        out->step_losses.push_back(t->step.io.results[0]);
+        if (k == 0) gpt2_download_grads(ctx, t->model, &out->grads);
     }
-    gpt2_download_params(ctx, *model, &out->params);
+    gpt2_download_params(ctx, t->model, &out->params);
 }
 
 // Two runs of one command must give the same bits, autotuning included: the AdamW steps again in
@@ -429,11 +442,10 @@ bool same_bits_in_fresh_context(const GPT2Config& cfg, const std::vector<float>&
     Context fresh;
     context_init(&fresh, 0, tf32);
     fresh.autotune = autotune;
-    GPT2 model;
-    gpt2_create(fresh, &model, cfg, params, st.B, st.T, 1, hyper,
-                model_options(recompute, (size_t)st.B * st.T));
+    Training t;
+    make_training(fresh, &t, cfg, params, st, hyper, recompute);
     StepRun again;
-    run_steps(fresh, &model, st, graph, &again);
+    run_steps(fresh, &t, st, graph, &again);
     const bool losses = again.step_losses.size() == first.step_losses.size() &&
                         std::memcmp(again.step_losses.data(), first.step_losses.data(),
                                     first.step_losses.size() * sizeof(float)) == 0;
@@ -496,12 +508,10 @@ int main(int argc, char** argv) {
     }
 #endif
     AdamWHyper hyper{st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_clip, kRoundingSeed};
-    GPT2 model;
+    Training t;
     const size_t N = (size_t)st.B * st.T;
-    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(opt.recompute, N));
+    make_training(ctx, &t, cfg, params, st, hyper, opt.recompute);
     const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
     Tally tally;
     Worst worst;
     double ratio = 0.0;
@@ -510,7 +520,11 @@ int main(int argc, char** argv) {
     // The model keeps one chunk of logits: every chunk is copied out into d_logits.
     floatX* d_logits = nullptr;
     CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
-    const float loss0 = gpt2_eval_loss(ctx, &model, d_logits);
+    EvalIO eval_io;
+    eval_io_create(&eval_io, st.B, st.T);
+    std::memcpy(eval_io.inputs(), st.x.data(), N * sizeof(int));
+    std::memcpy(eval_io.targets(), st.y.data(), N * sizeof(int));
+    const float loss0 = gpt2_eval_loss(ctx, &t.model, &eval_io, d_logits);
     std::vector<floatX> logits_x(N * Vp);
     CUDA_CHECK(
         cudaMemcpy(logits_x.data(), d_logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
@@ -533,7 +547,7 @@ int main(int argc, char** argv) {
 
     // 2. Training steps: gradients of the first (read after it; the update does not touch them).
     StepRun run;
-    run_steps(ctx, &model, st, opt.graph != 0, &run);
+    run_steps(ctx, &t, st, opt.graph != 0, &run);
     const ParamLayout lay = param_layout(cfg);
     for (int i = 0; i < kNumParamTensors; i++) {
         tally.record(compare(kParamNames[i], run.grads.data() + lay.offsets[i],

@@ -1,7 +1,9 @@
 // test_resume_cpu.cpp: bit-exact resume on the CPU reference path. The CPU fp32 GPT-2
 // (dev/gpt2_cpu.h) trains on the real data loader (llmc/dataloader.h, shuffled, prefetching)
 // and checkpoints through the real files (llmc/checkpoint.h, the fp32 build's layout: model
-// file of version 3 plus a state file with m and v and no raw parameters), as train_gpt2.cu does:
+// file of version 3 plus a state file with m and v and no raw parameters), with the trainer's
+// run state (llmc/run_state.h: each step recorded, the header filled and read back by it), as
+// the trainer does:
 //   1. reference: N = 20 steps uninterrupted, recording each step's loss;
 //   2. a fresh run trains steps 1..10 and writes a checkpoint; everything is dropped; a new model
 //      and loader are built from the checkpoint found by resolve_resume_path (params, m, v, step,
@@ -39,6 +41,7 @@
 #include "host_test.h"
 #include "model_init.h"
 #include "rng.h"
+#include "run_state.h"
 #include "schedule.h"
 #include "train_resume.h"
 
@@ -113,13 +116,12 @@ void write_shards(const std::string& dir, int vocab) {
     }
 }
 
-// What train_gpt2.cu's loop carries: the model, the loader, and the step counters.
+// What the trainer's loop carries: the model, the loader, and the run's state (run_state.h).
 struct Trainer {
     GPT2Cpu model;
     llmc::DataLoader loader;
     llmc::TrainConfig settings;
-    long long step = 0;    // optimizer steps done
-    long long adam_t = 0;  // AdamW updates applied
+    llmc::RunState run;
     std::vector<float> losses, norms;
     std::vector<int> inputs, targets;
 
@@ -135,19 +137,26 @@ struct Trainer {
     }
 
     void train_until(int last_step) {
-        while (step < last_step) {
-            const int s = (int)step + 1;
+        const llmc::RunPolicy policy = llmc::run_policy_of(settings);
+        while (run.step < last_step) {
+            const int s = (int)run.step + 1;
             llmc::dataloader_next_batch(&loader, inputs.data(), targets.data());
             const float loss = model.forward(inputs.data(), targets.data(), settings.B, settings.T);
             model.zero_grad();
             model.backward();
             const float norm = model.update(
                 llmc::lr_at_step(llmc::schedule_of(settings), s), settings.beta1, settings.beta2,
-                settings.eps, settings.weight_decay, settings.grad_clip, (int)adam_t + 1);
+                settings.eps, settings.weight_decay, settings.grad_clip, (int)run.adam_t + 1);
             losses.push_back(loss);
             norms.push_back(norm);
-            step = s;
-            adam_t++;
+            // The CPU update never skips; a finite step is applied by the loop's rules too.
+            const float ceiling = llmc::run_next_ceiling(run, policy);
+            const llmc::StepVerdict verdict =
+                llmc::run_record_step(&run, policy, s, loss, norm * norm, ceiling).verdict;
+            if (verdict != llmc::StepVerdict::kApplied) {
+                std::fprintf(stderr, "test_resume_cpu: step %d was not applied\n", s);
+                std::exit(1);
+            }
         }
     }
 };
@@ -168,8 +177,7 @@ llmc::CheckpointMeta describe(const Trainer& t) {
 
 void save(const Trainer& t, const std::string& dir) {
     llmc::CheckpointMeta meta = describe(t);
-    meta.step = t.step;
-    meta.adam_t = t.adam_t;
+    llmc::run_state_to_meta(t.run, &meta);
     meta.loader = llmc::dataloader_position(t.loader);
     llmc::OptimizerState opt;
     opt.m = t.model.adam_m;
@@ -206,8 +214,8 @@ void resume(Trainer* t, const std::string& dir, const llmc::CheckpointMeta& now,
         t->model.adam_m = opt.m;
         t->model.adam_v = opt.v;
     }
-    t->step = saved.step;
-    t->adam_t = omit.adam_t ? 0 : saved.adam_t;
+    t->run = llmc::run_state_from_meta(saved);
+    if (omit.adam_t) t->run.adam_t = 0;
     t->open_loader();
     if (!omit.loader) llmc::dataloader_seek(&t->loader, saved.loader);
 }
@@ -323,8 +331,8 @@ int main() {
     {
         Trainer resumed;
         resume(&resumed, ckpt, now, Omit{});
-        check(resumed.step == kCheckpoint && resumed.adam_t == kCheckpoint,
-              "resumed at step %lld, AdamW t %lld", resumed.step, resumed.adam_t);
+        check(resumed.run.step == kCheckpoint && resumed.run.adam_t == kCheckpoint,
+              "resumed at step %lld, AdamW t %lld", resumed.run.step, resumed.run.adam_t);
         resumed.train_until(kSteps);
         check_equal("resumed run, losses of steps 11..20", resumed.losses,
                     std::vector<float>(ref.losses.begin() + kCheckpoint, ref.losses.end()));

@@ -145,6 +145,18 @@ std::string context_overlap_summary(const Context& ctx) {
            " | classifier variant " + std::to_string(ctx.classifier_variant);
 }
 
+void device_alloc(void** ptr, size_t bytes, const char* what) {
+    if (cudaMalloc(ptr, bytes) == cudaSuccess) return;
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    constexpr double kMiB = 1048576.0;
+    LLMC_FAIL(
+        "could not allocate %.0f MiB of device memory for the %s (%.0f MiB of %.0f MiB free): "
+        "lower the micro-batch (-b) or recompute activations (--recompute 1 or 2)",
+        bytes / kMiB, what, free_b / kMiB, total_b / kMiB);
+}
+
 void branch_fork(const Context& ctx) {
     cudaEvent_t e = next_event(ctx);
     CUDA_CHECK(cudaEventRecord(e, ctx.stream));

@@ -97,6 +97,9 @@ void context_set_overlap(Context* ctx, unsigned branches, bool pdl);
 // "branches gemms,reduces | pdl on | layernorm backward variant 1 | classifier variant 0".
 std::string context_overlap_summary(const Context& ctx);
 
+// cudaMalloc, or exit with one sentence: the sizes, the free memory and what to change.
+void device_alloc(void** ptr, size_t bytes, const char* what);
+
 // The branch stream waits for everything enqueued on ctx.stream so far.
 void branch_fork(const Context& ctx);
 // An event after everything enqueued on the branch so far, for branch_wait.

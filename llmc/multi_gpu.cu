@@ -262,11 +262,3 @@ void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_loc
     CUDA_CHECK(cudaFree(staging));
     CUDA_CHECK(cudaEventDestroy(done));
 }
-
-void multi_gpu_upload_shard(const Context& ctx, const MultiGpu& d, const float* host_full,
-                            float* d_local) {
-    std::vector<float> local(d.shard.local_total());
-    shard_global_to_local(d.shard, host_full, local.data());
-    CUDA_CHECK(
-        cudaMemcpy(d_local, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
-}

@@ -9,8 +9,8 @@
 #   1. a run with --sample-every prints its samples and logs them as "sample" records, and its
 #      losses and gradient norms equal, bit for bit (log.jsonl's 9 significant digits), those
 #      of the same run without sampling; the same with --overfit-batch 1, where the trainer
-#      reuses io.tokens and so would train on the sample's tokens if they were not restored
-#      (and with validation every 10 steps, which fills io.tokens as well);
+#      reuses the step's token buffer, which samples and validation (every 10 steps) must
+#      leave alone (they have buffers of their own);
 #   2. generate_gpt2cu on the run's directory: one seed twice -> the same ids, another seed ->
 #      other ids (temperature 50, near-uniform, so a seed that did nothing would show);
 #   3. greedy (temperature 0) against scripts/train_gpt2.py --greedy-from in fp32, 150 tokens
@@ -86,7 +86,7 @@ check_pair() {  # check_pair NAME EXPECTED_SAMPLES ARGS...
 }
 check_pair train 3 -x 50              # samples at steps 20, 40 and the last, 50
 check_pair overfit 2 -x 30 --overfit-batch 1
-# Validation fills io.tokens too: with --overfit-batch the losses must not see it either.
+# Validation has a token buffer of its own too: with --overfit-batch the losses must not see it.
 if ./train_gpt2cu "${COMMON[@]}" -x 30 --overfit-batch 1 -j "$WORK/data/cyc_val_*.bin" -v 10 \
     -m 2 -o "$WORK/overfit.val" >"$WORK/overfit.val.out" 2>&1 &&
     diff <(numbers "$WORK/overfit.plain/log.jsonl") <(numbers "$WORK/overfit.val/log.jsonl") \
