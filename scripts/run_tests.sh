@@ -40,6 +40,8 @@ run launcher_checks bash dev/test_launchers.sh build/host/dev/test_multi_gpu_hos
 # The Makefile by dry runs: the default goal, GPU_ARCH checks, spill flags, header dependencies.
 run makefile_checks bash dev/test_makefile.sh
 run format_check make --no-print-directory format-check
+# No function over 150 lines outside kernels (a brace counter; prints the longest ones).
+run function_lengths "$PY" dev/check_functions.py
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
