@@ -13,7 +13,8 @@ Reads README.md, data/README.md and docs/*.md and checks, on the CPU:
      (scripts/launch.sh -n 2 ./train_gpt2cu ...) is checked against its own program; scripts that
      hand their options on (quickstart.sh to train_gpt2cu, prepare_data.sh to prepare_data) are
      checked against both;
-  4. every `make TARGET` they show is a target of the Makefile;
+  4. every `make TARGET` they show is a target of the Makefile (make -p lists those written
+     through variables, such as $(GPU_MAINS));
   5. every relative link [text](path#anchor) between the docs points at a file that exists, and
      its anchor at a heading of that file.
 Prints one PASS/FAIL line per check group with the offending places; exits 1 on any failure.
@@ -188,6 +189,13 @@ def main(argv):
     missing, not_runnable, bad_options, bad_make, bad_links = [], [], [], [], []
     makefile = open(os.path.join(ROOT, "Makefile")).read()
     targets = set(re.findall(r"^([\w.-]+)\s*:(?!=)", makefile, re.M))
+    # Targets written through variables ($(GPU_MAINS): ...) from make's own database.
+    try:
+        db = subprocess.run(["make", "-pRrq", "-f", "Makefile", ":"], cwd=ROOT,
+                            capture_output=True, text=True).stdout
+        targets |= set(re.findall(r"^([\w.-]+):(?!=)", db, re.M))
+    except OSError:
+        pass
     for doc in doc_files():
         text = open(os.path.join(ROOT, doc)).read()
         for path in set(PATH_RE.findall(text)):
