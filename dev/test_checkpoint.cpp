@@ -28,6 +28,7 @@
 #include "host_test.h"
 #include "run_log.h"
 #include "train_resume.h"
+#include "util.h"
 
 namespace {
 

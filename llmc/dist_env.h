@@ -63,8 +63,4 @@ bool bootstrap_share_id(const DistEnv& env, const BootstrapOptions& opt, uint64_
 // After the communicator exists: rank 0 removes the init file (nothing to do over TCP).
 void bootstrap_cleanup(const DistEnv& env, const BootstrapOptions& opt);
 
-// FNV-1a 64 of bytes, chained from h (start with kFnvOffset): the config fingerprint.
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = kFnvOffset);
-
 }  // namespace llmc

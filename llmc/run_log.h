@@ -58,7 +58,4 @@ class RunLog {
     std::string path_;
 };
 
-// s as a JSON string literal (quotes included, control characters and " \ escaped).
-std::string json_string(const std::string& s);
-
 }  // namespace llmc

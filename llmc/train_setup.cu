@@ -9,6 +9,7 @@
 #include "schedule.h"
 #include "train_resume.h"
 #include "train_setup.cuh"
+#include "util.h"
 
 namespace llmc {
 namespace {

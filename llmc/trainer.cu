@@ -13,6 +13,7 @@
 #include "rng.h"
 #include "sampler.cuh"
 #include "trainer.cuh"
+#include "util.h"
 
 namespace llmc {
 namespace {
