@@ -255,7 +255,7 @@ void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_loc
             }
             CUDA_CHECK(cudaMemcpy(host.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost));
             ShardMap of_q = d->shard;
-            of_q.rank = q;
+            of_q.part = q;
             shard_local_to_global(of_q, host.data(), o, count, host_full);
         }
     }
