@@ -176,7 +176,7 @@ void branch_wait(const Context& ctx, cudaEvent_t mark) {
 void branch_join(const Context& ctx) { branch_wait(ctx, branch_mark(ctx)); }
 
 Context::~Context() {
-    matmul_plans_destroy(*this);
+    matmul_cache.reset();  // the plans first: cuBLASLt's descriptors, before its handle goes
     if (lt_workspace) cudaFree(lt_workspace);
     if (branch_lt_workspace) cudaFree(branch_lt_workspace);
     if (lt) cublasLtDestroy(lt);

@@ -12,10 +12,29 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <tuple>
 
 #include "device_utils.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
+
+namespace {
+
+// Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
+// alignment the chosen algorithm may assume.
+struct MatmulKey {
+    int m, n, k, lda, ldb, ldc, ldaux, batch;
+    long long stride_a, stride_b, stride_c;
+    int transa, transb, epilogue, align;
+    bool operator<(const MatmulKey& o) const {
+        return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c, transa,
+                        transb, epilogue, align) <
+               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch, o.stride_a,
+                        o.stride_b, o.stride_c, o.transa, o.transb, o.epilogue, o.align);
+    }
+};
 
 struct MatmulPlan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -23,19 +42,26 @@ struct MatmulPlan {
     cublasLtMatmulAlgo_t algo{};
 };
 
-void matmul_plans_destroy(const Context& ctx) {
-    for (auto& kv : ctx.plans) {
-        MatmulPlan* p = kv.second;
-        cublasLtMatrixLayoutDestroy(p->a);
-        cublasLtMatrixLayoutDestroy(p->b);
-        cublasLtMatrixLayoutDestroy(p->c);
-        cublasLtMatmulDescDestroy(p->desc);
-        delete p;
+// The plans of one Context (Context::matmul_cache).
+struct MatmulPlanCache final : ContextCache {
+    std::map<MatmulKey, MatmulPlan*> plans;
+    int autotune_skipped = 0;  // plans left untuned for want of memory
+    ~MatmulPlanCache() override {
+        for (auto& kv : plans) {
+            MatmulPlan* p = kv.second;
+            cublasLtMatrixLayoutDestroy(p->a);
+            cublasLtMatrixLayoutDestroy(p->b);
+            cublasLtMatrixLayoutDestroy(p->c);
+            cublasLtMatmulDescDestroy(p->desc);
+            delete p;
+        }
     }
-    ctx.plans.clear();
-}
+};
 
-namespace {
+MatmulPlanCache& plan_cache(const Context& ctx) {
+    if (ctx.matmul_cache == nullptr) ctx.matmul_cache = std::make_unique<MatmulPlanCache>();
+    return static_cast<MatmulPlanCache&>(*ctx.matmul_cache);
+}
 
 // Largest power of two (up to 256) dividing the address and the batch stride in bytes: the
 // alignment a plan may assume. Part of the plan key, so unaligned views get their own plan.
@@ -365,7 +391,7 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
             CUDA_CHECK(cudaMemcpyAsync(c.D, d_saved, s.d * sizeof(floatX), cudaMemcpyDeviceToDevice,
                                        ctx.stream));
         }
-    } else if (ctx.autotune_skipped++ == 0) {
+    } else if (plan_cache(ctx).autotune_skipped++ == 0) {
         std::fprintf(stderr,
                      "note: too little free device memory to autotune a %d x %d x %d product; it "
                      "keeps cuBLASLt's first candidate (the same results, maybe slower)\n",
@@ -385,13 +411,14 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     MatmulKey key{c.m,        c.n,      c.k,      c.lda,      c.ldb,
                   c.ldd,      c.ldaux,  c.batch,  c.stride_a, c.stride_b,
                   c.stride_d, c.transa, c.transb, c.epilogue, align};
-    auto it = ctx.plans.find(key);
+    std::map<MatmulKey, MatmulPlan*>& plans = plan_cache(ctx).plans;
+    auto it = plans.find(key);
     MatmulPlan* p = nullptr;
     cublasLtMatmulHeuristicResult_t candidates[kMaxCandidates];
     int count = 0;  // > 0 only when the plan is new: the candidates to time
-    if (it == ctx.plans.end()) {
+    if (it == plans.end()) {
         p = build_plan(ctx, key, candidates, &count);
-        ctx.plans[key] = p;
+        plans[key] = p;
     } else {
         p = it->second;
     }

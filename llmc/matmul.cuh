@@ -22,7 +22,8 @@
 //                    op(A_i) is (M, K): A_i stored (M, K) row-major with row stride lda, or
 //                    (K, M) when trans_a. op(B_i) is (K, N): B_i stored (K, N), or (N, K) when
 //                    trans_b. Pointers advance by stride_a/b/c elements per batch.
-// Plans (descriptors, layouts, chosen algorithm) are cached per shape in the Context. In the
+// Plans (descriptors, layouts, chosen algorithm) are cached per shape in the Context (its
+// matmul_cache, which only matmul.cu reads). In the
 // fp32 build ctx.tf32 selects TF32 tensor cores (PyTorch's 'high').
 #pragma once
 #include "context.cuh"
