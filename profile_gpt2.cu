@@ -92,12 +92,12 @@ double timed_step(const Context& ctx, TrainStep* s, bool graph, int step, cudaEv
                   cudaEvent_t stop) {
     s->io.step_values->lr = 1e-4f;
     s->io.step_values->step = step;
-    CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
     train_step_run(ctx, s, graph);
-    CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
+    LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    LLMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     return ms;
 }
 
@@ -117,38 +117,38 @@ double measure_gemm_peak(const Context& ctx) {
     for (int S : {8192, 16384}) {
         const size_t n = (size_t)S * S;
         floatX *a = nullptr, *b = nullptr, *c = nullptr;
-        CUDA_CHECK(cudaMalloc(&a, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&b, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&c, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&a, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&b, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&c, n * sizeof(floatX)));
         fill_hash_kernel<<<1024, 256, 0, ctx.stream>>>(a, n, 1u);
         fill_hash_kernel<<<1024, 256, 0, ctx.stream>>>(b, n, 2u);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
         auto gemm = [&] {
             matmul_strided_batched(ctx, c, a, b, S, S, S, false, false, S, S, S, 0, 0, 0, 1, 1.0f,
                                    0.0f);
         };
         for (int i = 0; i < 3; i++) gemm();  // the plan, the autotuning, warm clocks
         cudaEvent_t start, stop;
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
+        LLMC_CUDA_CHECK(cudaEventCreate(&start));
+        LLMC_CUDA_CHECK(cudaEventCreate(&stop));
         std::vector<double> tflops;
         for (int i = 0; i < 10; i++) {
-            CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+            LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
             gemm();
-            CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-            CUDA_CHECK(cudaEventSynchronize(stop));
+            LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+            LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
             float ms = 0.0f;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            LLMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
             tflops.push_back(2.0 * S * (double)S * S / (ms * 1e-3) / 1e12);
         }
         const double med = median(tflops);
         std::printf("cuBLASLt %dx%dx%d: median %.1f TFLOP/s over 10 runs\n", S, S, S, med);
         best = std::max(best, med);
-        CUDA_CHECK(cudaEventDestroy(start));
-        CUDA_CHECK(cudaEventDestroy(stop));
-        CUDA_CHECK(cudaFree(a));
-        CUDA_CHECK(cudaFree(b));
-        CUDA_CHECK(cudaFree(c));
+        LLMC_CUDA_CHECK(cudaEventDestroy(start));
+        LLMC_CUDA_CHECK(cudaEventDestroy(stop));
+        LLMC_CUDA_CHECK(cudaFree(a));
+        LLMC_CUDA_CHECK(cudaFree(b));
+        LLMC_CUDA_CHECK(cudaFree(c));
     }
     return best;
 }
@@ -164,8 +164,8 @@ double matmul_flops_per_token(const GPT2Config& cfg) {
 void trace_steps(const Context& ctx, TrainStep* s, const ProfileOptions& o) {
     const bool graph = o.graph != 0;
     cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
+    LLMC_CUDA_CHECK(cudaEventCreate(&start));
+    LLMC_CUDA_CHECK(cudaEventCreate(&stop));
     int step = 1;
     // The eager step (plans, autotuning), the capture, the warm-up replays.
     for (int i = 0; i < 2 + o.warmup; i++) timed_step(ctx, s, graph, step++, start, stop);
@@ -187,7 +187,7 @@ void trace_steps(const Context& ctx, TrainStep* s, const ProfileOptions& o) {
         walls.push_back(timed_step(ctx, s, graph, step++, start, stop));
         end.push_back(tracer.timestamp());
     }
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     size_t dropped = 0;
     const std::vector<TraceRecord> all = tracer.stop(&dropped);
     std::vector<std::vector<TraceRecord>> steps;
@@ -240,8 +240,8 @@ void trace_steps(const Context& ctx, TrainStep* s, const ProfileOptions& o) {
         "%.1f |\n",
         o.label.c_str(), o.preset.c_str(), s->B, s->T, step_ms, traced, busy, idle,
         100.0 * idle / traced, records, peak, 100.0 * limit_ms / step_ms);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    LLMC_CUDA_CHECK(cudaEventDestroy(start));
+    LLMC_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace
@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
         step.io.step_values->lr = 1e-4f;
         step.io.step_values->step = s;
         train_step_run(ctx, &step, o.graph != 0);
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
         std::printf("step %d loss %.6f\n", s, step.io.results[0]);
     }
     return 0;

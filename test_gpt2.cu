@@ -321,7 +321,7 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
     t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
     t.step.io.step_values->step = 1;
     train_step_run(ctx, &t.step, graph);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     std::vector<float> grads;
     gpt2_download_grads(ctx, t.model, &grads);
     LLMC_CHECK(grads.size() == ref.size(), "gradient count differs between recompute modes");
@@ -382,7 +382,7 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
             t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
             t.step.io.step_values->step = (int)k + 1;
             train_step_run(*ctx, &t.step, graph);
-            CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+            LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
             losses.push_back(t.step.io.results[0]);
             if (k == 0) gpt2_download_grads(*ctx, t.model, &grads);
         }
@@ -426,7 +426,7 @@ void run_steps(const Context& ctx, Training* t, const DebugState& st, bool graph
         t->step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
         t->step.io.step_values->step = k + 1;
         train_step_run(ctx, &t->step, graph);
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
         out->step_losses.push_back(t->step.io.results[0]);
         if (k == 0) gpt2_download_grads(ctx, t->model, &out->grads);
     }
@@ -519,16 +519,16 @@ int main(int argc, char** argv) {
     // 1. Forward: logits (first V of each Vp row) and loss.
     // The model keeps one chunk of logits: every chunk is copied out into d_logits.
     floatX* d_logits = nullptr;
-    CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
+    LLMC_CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
     EvalIO eval_io;
     eval_io_create(&eval_io, st.B, st.T);
     std::memcpy(eval_io.inputs(), st.x.data(), N * sizeof(int));
     std::memcpy(eval_io.targets(), st.y.data(), N * sizeof(int));
     const float loss0 = gpt2_eval_loss(ctx, &t.model, &eval_io, d_logits);
     std::vector<floatX> logits_x(N * Vp);
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaMemcpy(logits_x.data(), d_logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d_logits));
+    LLMC_CUDA_CHECK(cudaFree(d_logits));
     std::vector<float> logits(N * V);
     for (size_t r = 0; r < N; r++)
         for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_x[r * Vp + v]);

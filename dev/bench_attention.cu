@@ -46,20 +46,20 @@ struct Stats {
 Stats time_ms(const Context& ctx, int iters, const std::function<void(int)>& fn) {
     for (int i = 0; i < kWarmup; i++) fn(i % kSets);
     std::vector<cudaEvent_t> ev(2 * iters);
-    for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+    for (cudaEvent_t& e : ev) LLMC_CUDA_CHECK(cudaEventCreate(&e));
     for (int i = 0; i < iters; i++) {
-        CUDA_CHECK(cudaEventRecord(ev[2 * i], ctx.stream));
+        LLMC_CUDA_CHECK(cudaEventRecord(ev[2 * i], ctx.stream));
         fn(i % kSets);
-        CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], ctx.stream));
+        LLMC_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], ctx.stream));
     }
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     std::vector<double> ms(iters);
     for (int i = 0; i < iters; i++) {
         float t = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+        LLMC_CUDA_CHECK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
         ms[i] = t;
     }
-    for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventDestroy(e));
+    for (cudaEvent_t& e : ev) LLMC_CUDA_CHECK(cudaEventDestroy(e));
     std::sort(ms.begin(), ms.end());
     return Stats{ms[iters / 2], ms[0], ms[std::min(iters - 1, (int)(0.9 * iters))]};
 }
@@ -172,7 +172,7 @@ void bench_cublas(const Context& ctx, const Shape& s, int iters) {
     const int C = s.NH * s.HS;
     const size_t scratch = attention_cublas_scratch_bytes(s.B, s.T, C, s.NH);
     size_t free_bytes = 0, total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    LLMC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     if (scratch + ((size_t)8 << 30) > free_bytes) {
         std::printf("| cublas-%-5s | skipped: needs %.1f GB of T x T scratch |\n", kPrecisionName,
                     scratch / 1e9);

@@ -77,12 +77,12 @@ __global__ void fill_tokens_kernel(int* __restrict__ out, size_t n, unsigned lon
 template <typename T>
 void fill(const Context& ctx, T* p, size_t n, unsigned long long seed, float lo, float hi) {
     fill_uniform_kernel<T><<<1024, 256, 0, ctx.stream>>>(p, n, seed, lo, hi);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 void fill_tokens(const Context& ctx, int* p, size_t n, unsigned long long seed) {
     fill_tokens_kernel<<<256, 256, 0, ctx.stream>>>(p, n, seed, kV);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 struct Timing {
@@ -95,12 +95,12 @@ class Timer {
   public:
     Timer(const Context& ctx, int runs) : ctx_(ctx), runs_(runs) {
         flush_bytes_ = 2 * (size_t)std::max(ctx.props.l2CacheSize, 1 << 20);
-        CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_));
+        LLMC_CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_));
         starts_.resize(runs);
         stops_.resize(runs);
         for (int i = 0; i < runs; i++) {
-            CUDA_CHECK(cudaEventCreate(&starts_[i]));
-            CUDA_CHECK(cudaEventCreate(&stops_[i]));
+            LLMC_CUDA_CHECK(cudaEventCreate(&starts_[i]));
+            LLMC_CUDA_CHECK(cudaEventCreate(&stops_[i]));
         }
     }
     ~Timer() {
@@ -122,16 +122,16 @@ class Timer {
         }
         for (int i = 0; i < runs_; i++) {
             prepare();
-            CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_, ctx_.stream));
-            CUDA_CHECK(cudaEventRecord(starts_[i], ctx_.stream));
+            LLMC_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_, ctx_.stream));
+            LLMC_CUDA_CHECK(cudaEventRecord(starts_[i], ctx_.stream));
             op();
-            CUDA_CHECK(cudaEventRecord(stops_[i], ctx_.stream));
+            LLMC_CUDA_CHECK(cudaEventRecord(stops_[i], ctx_.stream));
         }
-        CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
         std::vector<double> ms(runs_);
         for (int i = 0; i < runs_; i++) {
             float t = 0.0f;
-            CUDA_CHECK(cudaEventElapsedTime(&t, starts_[i], stops_[i]));
+            LLMC_CUDA_CHECK(cudaEventElapsedTime(&t, starts_[i], stops_[i]));
             ms[i] = t;
         }
         std::sort(ms.begin(), ms.end());
@@ -168,8 +168,8 @@ void print_row(const Row& r, double copy_gbs) {
 // Distinct token ids among the N inputs: the wte rows the encoder must touch at least once.
 size_t distinct_tokens(const int* d_inp) {
     std::vector<int> h(kN);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), d_inp, kN * sizeof(int), cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaMemcpy(h.data(), d_inp, kN * sizeof(int), cudaMemcpyDeviceToHost));
     return std::unordered_set<int>(h.begin(), h.end()).size();
 }
 
@@ -178,7 +178,7 @@ Row bench_copy(const Context& ctx, Timer& timer) {
     DeviceBuffer<float> src(bytes / sizeof(float)), dst(bytes / sizeof(float));
     fill(ctx, src.get(), src.size(), 1, -1.0f, 1.0f);
     const Timing t = timer.time([&] {
-        CUDA_CHECK(
+        LLMC_CUDA_CHECK(
             cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, ctx.stream));
     });
     return {"copy (cudaMemcpyAsync D2D, 1 GiB)", "2*size", 2.0 * bytes, t};
@@ -283,8 +283,8 @@ void bench_classifier(Context& ctx, Timer& timer, int R, std::vector<Row>* rows)
     fill_tokens(ctx, targets.get(), R, 32);
     // The classifier overwrites its logits with dlogits: restore them before every launch.
     const auto restore = [&] {
-        CUDA_CHECK(cudaMemcpyAsync(logits.get(), pristine.get(), n * kX, cudaMemcpyDeviceToDevice,
-                                   ctx.stream));
+        LLMC_CUDA_CHECK(cudaMemcpyAsync(logits.get(), pristine.get(), n * kX,
+                                        cudaMemcpyDeviceToDevice, ctx.stream));
     };
     const double r = R;
     Timing t;
@@ -352,7 +352,7 @@ void bench_optimizer(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     fill(ctx, v.get(), P, 44, 1e-8f, 1e-6f);
     if (with_master) fill(ctx, master.get(), P, 45, -0.1f, 0.1f);
     const AdamWStepValues sv{6e-4f, 10};
-    CUDA_CHECK(cudaMemcpy(step_values.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaMemcpy(step_values.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
     const double p = (double)P;
     Timing t = timer.time(
         [&] { global_norm_squared(ctx, norm2.get(), norm_scratch.get(), grads.get(), P); });

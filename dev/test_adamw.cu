@@ -140,7 +140,8 @@ State gpu_step(const Context& ctx, Device& d, const State& s, const std::vector<
     }
     upload(d.norm.get(), std::vector<float>{st.norm_squared});
     const AdamWStepValues values = {st.lr, st.t};
-    CUDA_CHECK(cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(
+        cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
     AdamWHyper hyper = kHyper;
     hyper.grad_clip = st.grad_clip;
     adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr, d.m.get() + o,
@@ -236,11 +237,12 @@ void run_update(const Context& ctx, Device& d, const AdamWTensors& t, const Adam
                 float lr, int step, bool use_master, const float* norm,
                 float max_norm_squared = INFINITY) {
     const AdamWStepValues values = {lr, step, max_norm_squared};
-    CUDA_CHECK(cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(
+        cudaMemcpy(d.step_values.get(), &values, sizeof(values), cudaMemcpyHostToDevice));
     const size_t o = d.offset;
     adamw_update(ctx, d.params.get() + o, use_master ? d.master.get() + o : nullptr, d.m.get() + o,
                  d.v.get() + o, d.grads.get() + o, t, hyper, d.step_values.get(), norm);
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 std::vector<unsigned char> params_bytes(const Device& d, size_t total) {

@@ -71,7 +71,7 @@ void test_config(const Context& ctx, const GPT2Config& cfg, int W, bool use_mast
     tensors.offsets[kNumParamTensors] = n;
     AdamWStepValues sv{3e-3f, 4};
     DeviceBuffer<AdamWStepValues> d_sv(1);
-    CUDA_CHECK(cudaMemcpy(d_sv.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaMemcpy(d_sv.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
     DeviceBuffer<float> d_norm(1);
     DeviceBuffer<floatX> grads(n);
     upload(grads.get(), a.grads);
@@ -109,7 +109,8 @@ void test_config(const Context& ctx, const GPT2Config& cfg, int W, bool use_mast
         global_norm_squared_sharded(ctx, d_norm.get(), scratch.get(), grads.get(), map);
         norm_sum += download(d_norm.get(), 1)[0];
         // Every rank clips with the same (summed) norm: the whole one here.
-        CUDA_CHECK(cudaMemcpy(d_norm.get(), &whole_norm, sizeof(float), cudaMemcpyHostToDevice));
+        LLMC_CUDA_CHECK(
+            cudaMemcpy(d_norm.get(), &whole_norm, sizeof(float), cudaMemcpyHostToDevice));
         adamw_update_sharded(ctx, sp.get(), use_master ? smaster.get() : nullptr, sm.get(),
                              sv_.get(), grads.get(), map, kHyper, d_sv.get(), d_norm.get());
         const std::vector<float> p = download(sp.get(), n);
@@ -156,10 +157,10 @@ void test_skip(const Context& ctx) {
     upload(master.get(), hl), upload(m.get(), hl), upload(v.get(), hl);
     AdamWStepValues sv{1e-2f, 1};
     DeviceBuffer<AdamWStepValues> d_sv(1);
-    CUDA_CHECK(cudaMemcpy(d_sv.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaMemcpy(d_sv.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
     DeviceBuffer<float> d_norm(1);
     const float nan = NAN;
-    CUDA_CHECK(cudaMemcpy(d_norm.get(), &nan, sizeof(float), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaMemcpy(d_norm.get(), &nan, sizeof(float), cudaMemcpyHostToDevice));
     const auto before = download_bytes(params.get(), n * sizeof(floatX));
     adamw_update_sharded(ctx, params.get(), master.get(), m.get(), v.get(), grads.get(), map,
                          kHyper, d_sv.get(), d_norm.get());

@@ -112,12 +112,12 @@ RunBytes run_attention(const Context& ctx, DeviceTensors& d, const Shape& s, boo
         poison(d.scratch.get(), d.scratch.size());
     }
     // poison() runs on the legacy stream, which ctx.stream (non-blocking) does not wait for.
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     attention_forward(ctx, d.out.get(), d.lse.get(), d.scratch.get(), d.qkv.get(), s.B, s.T, s.C,
                       s.NH);
     attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
                        d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.C, s.NH);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(floatX)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
                     download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(floatX))};

@@ -70,14 +70,14 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
     if (graph) {
         cudaGraph_t g = nullptr;
         cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+        LLMC_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
         encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C);
-        CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(g));
+        LLMC_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
+        LLMC_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        LLMC_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        LLMC_CUDA_CHECK(cudaGraphExecDestroy(exec));
+        LLMC_CUDA_CHECK(cudaGraphDestroy(g));
     } else {
         encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C);
     }

@@ -208,7 +208,7 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const V
     flash_attention_backward(ctx, d.dqkv.get(), d.scratch.get(), d.dout.get(), d.qkv.get(),
                              d.ref_out.get(), d.ref_lse.get(), s.B, s.T, s.NH, s.HS, v.dq, v.dkdv,
                              bias_init != nullptr ? d.dbias.get() : nullptr, v.bwd_path);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return RunBytes{download_bytes(d.out.get(), d.out.size() * sizeof(bf16)),
                     download_bytes(d.lse.get(), d.lse.size() * sizeof(float)),
                     download_bytes(d.dqkv.get(), d.dqkv.size() * sizeof(bf16)),

@@ -76,7 +76,7 @@ template <typename T>
 class DeviceBuffer {
   public:
     explicit DeviceBuffer(size_t count) : count_(count) {
-        CUDA_CHECK(cudaMalloc(&ptr_, (count > 0 ? count : 1) * sizeof(T)));
+        LLMC_CUDA_CHECK(cudaMalloc(&ptr_, (count > 0 ? count : 1) * sizeof(T)));
     }
     ~DeviceBuffer() { cudaFree(ptr_); }
     DeviceBuffer(const DeviceBuffer&) = delete;
@@ -94,25 +94,25 @@ template <typename T>
 void upload(T* dst, const float* h, size_t n) {
     std::vector<T> tmp(n);
     for (size_t i = 0; i < n; i++) tmp[i] = from_float<T>(h[i]);
-    CUDA_CHECK(cudaMemcpy(dst, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaMemcpy(dst, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 template <typename T>
 void upload(T* dst, const std::vector<float>& h) {
     upload(dst, h.data(), h.size());
 }
 inline void upload(int* dst, const std::vector<int>& h) {
-    CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // Device T (float or floatX) -> host float, n elements. Synchronizes the device first, so
 // results of work on any stream are complete.
 template <typename T>
 std::vector<float> download(const T* src, size_t n) {
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<T> tmp(n);
-    CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost));
     std::vector<float> h(n);
     for (size_t i = 0; i < n; i++) h[i] = to_float(tmp[i]);
     return h;
@@ -120,16 +120,16 @@ std::vector<float> download(const T* src, size_t n) {
 
 // Raw bytes of device memory (for bitwise comparisons).
 inline std::vector<unsigned char> download_bytes(const void* src, size_t bytes) {
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<unsigned char> h(bytes);
-    CUDA_CHECK(cudaMemcpy(h.data(), src, bytes, cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaMemcpy(h.data(), src, bytes, cudaMemcpyDeviceToHost));
     return h;
 }
 
 template <typename T>
 void poison(T* dst, size_t n) {
-    CUDA_CHECK(cudaMemset(dst, 0xFF, n * sizeof(T)));
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaMemset(dst, 0xFF, n * sizeof(T)));
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // Pass / fail counts of the running test program.

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(128)
 
 template <typename Kernel>
 void set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
@@ -168,7 +168,7 @@ void test_tma(const Context& ctx, const Tensor& x, TileRef t) {
     DeviceBuffer<unsigned char> image(tile_bytes<HS, ROWS>());
     tma_image_kernel<HS, ROWS><<<1, 128, smem_bytes<HS>(), ctx.stream>>>(
         x.map(ROWS), reinterpret_cast<uint4*>(image.get()), t);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     const std::vector<unsigned char> raw = download_bytes(image.get(), tile_bytes<HS, ROWS>());
     std::vector<float> got(ROWS * HS), ref(ROWS * HS);
     for (int r = 0; r < ROWS; r++) {
@@ -191,7 +191,7 @@ void test_gemm_ss(const Context& ctx, const Tensor& x, TileRef a, TileRef b, int
     DeviceBuffer<float> s(64 * N);
     gemm_ss_kernel<HS, B_ROWS, N>
         <<<1, 128, smem_bytes<HS>(), ctx.stream>>>(x.map(128), x.map(B_ROWS), s.get(), a, b, cw);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     const std::vector<float> got = download(s.get(), s.size());
     std::vector<float> ref(64 * N);
     for (int i = 0; i < 64; i++) {
@@ -220,7 +220,7 @@ void test_gemm_rs(const Context& ctx, const Tensor& x, TileRef v, uint64_t seed)
     upload(p_d.get(), p);
     gemm_rs_kernel<HS, ROWS>
         <<<1, 128, smem_bytes<HS>(), ctx.stream>>>(x.map(ROWS), p_d.get(), o_d.get(), v);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     const std::vector<float> got = download(o_d.get(), o_d.size());
     std::vector<float> ref(64 * HS);
     for (int i = 0; i < 64; i++) {

@@ -7,7 +7,7 @@
 namespace llmc {
 namespace {
 void copy_to_host(const Context& ctx, void* dst, const void* src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx.stream));
 }
 }  // namespace
 
@@ -18,7 +18,7 @@ void checkpoint_download(const Context& ctx, const GPT2& m, const AdamW& opt, Mu
     weights->resize(root ? n : 0);
     state->m.resize(root ? n : 0);
     state->v.resize(root ? n : 0);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     LLMC_CHECK(opt.master != nullptr || kParamBytes == 4,
                "internal error: a %d-byte parameter build without master weights", kParamBytes);
     if (opt.sharded) {
@@ -42,7 +42,7 @@ void checkpoint_download(const Context& ctx, const GPT2& m, const AdamW& opt, Mu
     }
     if (!state->raw_params.empty())
         copy_to_host(ctx, state->raw_params.data(), m.params, n * kParamBytes);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 void checkpoint_upload(const Context& ctx, GPT2* m, AdamW* opt, const OptimizerState& state) {
@@ -53,10 +53,10 @@ void checkpoint_upload(const Context& ctx, GPT2* m, AdamW* opt, const OptimizerS
     // Every rank read the whole checkpoint: a sharded state keeps its own chunks of m and v.
     optimizer_load_moments(ctx, opt, state.m.data(), state.v.data());
     if (!state.raw_params.empty()) {
-        CUDA_CHECK(cudaMemcpyAsync(m->params, state.raw_params.data(), n * kParamBytes,
-                                   cudaMemcpyHostToDevice, ctx.stream));
+        LLMC_CUDA_CHECK(cudaMemcpyAsync(m->params, state.raw_params.data(), n * kParamBytes,
+                                        cudaMemcpyHostToDevice, ctx.stream));
     }
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 }  // namespace llmc

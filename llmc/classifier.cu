@@ -302,10 +302,11 @@ __global__ void __launch_bounds__(kLossThreads)
 size_t staged_row_smem_limit(const Context& ctx) {
     static const size_t limit = [&] {
         cudaFuncAttributes attr{};
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, fused_classifier_staged_row_kernel<kVecX>));
+        LLMC_CUDA_CHECK(cudaFuncGetAttributes(&attr, fused_classifier_staged_row_kernel<kVecX>));
         const size_t bytes = ctx.props.sharedMemPerBlockOptin - attr.sharedSizeBytes;
-        CUDA_CHECK(cudaFuncSetAttribute(fused_classifier_staged_row_kernel<kVecX>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(fused_classifier_staged_row_kernel<kVecX>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)bytes));
         return bytes;
     }();
     return limit;
@@ -353,9 +354,9 @@ void classifier_chunked(const Context& ctx, floatX* logits, float* losses, float
         const floatX* x = lnf + (size_t)r0 * C;
         matmul_forward(ctx, logits, x, wte, nullptr, rows, C, Vp);
         if (logits_copy != nullptr) {
-            CUDA_CHECK(cudaMemcpyAsync(logits_copy + (size_t)r0 * Vp, logits,
-                                       (size_t)rows * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                       ctx.stream));
+            LLMC_CUDA_CHECK(cudaMemcpyAsync(logits_copy + (size_t)r0 * Vp, logits,
+                                            (size_t)rows * Vp * sizeof(floatX),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
         }
         fused_classifier(ctx, logits, losses + r0, targets + r0, dloss, rows, V, Vp, backward);
         if (backward) {

@@ -45,7 +45,7 @@ void check_architecture(const cudaDeviceProp& props, int device, cudaStream_t st
             "capability %d.%d) cannot run; rebuild with make GPU_ARCH=sm_%d (%s).",
             kCudaArch, device, props.name, props.major, props.minor, want, cudaGetErrorString(err));
     }
-    CUDA_CHECK(err);
+    LLMC_CUDA_CHECK(err);
 }
 
 // LLMC_BRANCHES: "", "0", "none", "all", or a comma list of gemms, reduces, zeroing.
@@ -109,17 +109,17 @@ void context_init(Context* ctx, int device, bool tf32) {
                device, count);
     ctx->device = device;
     ctx->tf32 = tf32;
-    CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    LLMC_CUDA_CHECK(cudaSetDevice(device));
+    LLMC_CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
+    LLMC_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     check_architecture(ctx->props, device, ctx->stream);
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->branch_stream, cudaStreamNonBlocking));
+    LLMC_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->branch_stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : ctx->branch_events) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
-    CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+    LLMC_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
-    CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    LLMC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
     context_set_overlap(ctx, branches_from_env(), flag_from_env("LLMC_PDL", 1) != 0);
     ctx->layernorm_backward_variant = flag_from_env("LLMC_LAYERNORM_BACKWARD_VARIANT", 1);
     ctx->classifier_variant = flag_from_env("LLMC_CLASSIFIER_VARIANT", 1);
@@ -130,7 +130,7 @@ void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
     // griddepcontrol and the launch attribute are Hopper's (sm_90) and later.
     ctx->pdl = pdl && ctx->props.major >= 9;
     if ((ctx->branches & kBranchGemms) != 0 && ctx->branch_lt_workspace == nullptr) {
-        CUDA_CHECK(cudaMalloc(&ctx->branch_lt_workspace, ctx->lt_workspace_bytes));
+        LLMC_CUDA_CHECK(cudaMalloc(&ctx->branch_lt_workspace, ctx->lt_workspace_bytes));
     }
 }
 
@@ -159,18 +159,18 @@ void device_alloc(void** ptr, size_t bytes, const char* what) {
 
 void branch_fork(const Context& ctx) {
     cudaEvent_t e = next_event(ctx);
-    CUDA_CHECK(cudaEventRecord(e, ctx.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx.branch_stream, e, 0));
+    LLMC_CUDA_CHECK(cudaEventRecord(e, ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamWaitEvent(ctx.branch_stream, e, 0));
 }
 
 cudaEvent_t branch_mark(const Context& ctx) {
     cudaEvent_t e = next_event(ctx);
-    CUDA_CHECK(cudaEventRecord(e, ctx.branch_stream));
+    LLMC_CUDA_CHECK(cudaEventRecord(e, ctx.branch_stream));
     return e;
 }
 
 void branch_wait(const Context& ctx, cudaEvent_t mark) {
-    if (mark != nullptr) CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, mark, 0));
+    if (mark != nullptr) LLMC_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, mark, 0));
 }
 
 void branch_join(const Context& ctx) { branch_wait(ctx, branch_mark(ctx)); }

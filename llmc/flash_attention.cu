@@ -1018,7 +1018,7 @@ const char* variant_name(FlashPass pass, int v) {
 // initializer), so launches inside CUDA graph capture make no attribute calls.
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return true;
 }
@@ -1041,7 +1041,7 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
     const BlockOrder o = block_order(ctx, B * NH, (T + BR - 1) / BR, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(out, lse, qkv, T,
                                                                                 NH, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 // Both backward passes return the bias partial rows they write: B * (blocks along T).
@@ -1067,7 +1067,7 @@ int backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, c
     const BlockOrder o = block_order(ctx, B * NH, blocks_t, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(
         dqkv, D, qkv, dout, out, lse, bias_part, T, NH, scale, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     return B * blocks_t;
 }
 
@@ -1093,7 +1093,7 @@ int backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16*
     const BlockOrder o = block_order(ctx, B * NH, blocks_t, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(
         dqkv, qkv, dout, lse, D, bias_part, T, NH, scale, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     return B * blocks_t;
 }
 
@@ -1237,7 +1237,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
-            CUDA_CHECK_LAST();
+            LLMC_CUDA_CHECK_LAST();
         }
         return;
     }
@@ -1264,6 +1264,6 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     if (dbias != nullptr) {
         qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
             dbias, part_q, rows_q, part_kv, rows_kv, C);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
     }
 }

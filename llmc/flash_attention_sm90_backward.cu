@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return true;
 }
@@ -594,11 +594,11 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     flash_attention_sm90_dq_kernel<HS><<<grid, kThreads, smem, ctx.stream>>>(
         qkv_rows, dout_rows, qkv_inner, dqkv, dout, out, lse, sc.lse2, sc.d, parts.q, T, NH, scale,
         scale_log2, sched);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     flash_attention_sm90_dkdv_kernel<HS>
         <<<grid, kThreads, smem, ctx.stream>>>(qkv_rows, qkv_inner, dout_inner, dqkv, sc.lse2, sc.d,
                                                parts.kv, T, NH, scale, scale_log2, sched);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     return parts;
 }
 

@@ -215,16 +215,17 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     device_alloc(reinterpret_cast<void**>(&m->grads), n * sizeof(floatX), "gradients");
     point_tensors(m->params, m->layout, m->param);
     point_tensors(m->grads, m->layout, m->grad);
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n * sizeof(floatX), ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n * sizeof(floatX), ctx.stream));
     std::vector<floatX> converted(n);
     for (size_t i = 0; i < n; i++) converted[i] = from_float<floatX>(host_params[i]);
-    CUDA_CHECK(cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+    LLMC_CUDA_CHECK(
+        cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 
     m->act_bytes = gpt2_activation_bytes(ctx, cfg, B, T, opts);
     device_alloc(&m->act_memory, m->act_bytes, "activations");
     ArenaCarver carve(static_cast<char*>(m->act_memory));
     carve_activations(ctx, cfg, B, T, opts, &carve, &m->acts);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
@@ -324,7 +325,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
 
     // Zeroed already on the branch when the step put its memsets there (train_step.cu).
     if (zeroed == nullptr) {
-        CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
+        LLMC_CUDA_CHECK(
+            cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     }
     // The projections that add to the residual stream (attproj, fcproj) take their bias
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
@@ -405,8 +407,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
 namespace {
 void download_as_float(const Context& ctx, const floatX* src, size_t n, std::vector<float>* out) {
     std::vector<floatX> tmp(n);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(floatX), cudaMemcpyDeviceToHost));
     out->resize(n);
     for (size_t i = 0; i < n; i++) (*out)[i] = to_float(tmp[i]);
 }

@@ -41,6 +41,6 @@ void launch_kernel(const Context& ctx, cudaStream_t stream, void (*kernel)(Param
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = ctx.pdl ? attr : nullptr;
     config.numAttrs = ctx.pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+    LLMC_CUDA_CHECK_LAST();
 }

@@ -9,13 +9,13 @@ namespace {
 // or the shard's chunks in its local numbering. Synchronous.
 void upload_state(const AdamW& opt, const float* host_full, float* d_state) {
     if (!opt.sharded) {
-        CUDA_CHECK(
+        LLMC_CUDA_CHECK(
             cudaMemcpy(d_state, host_full, opt.elems * sizeof(float), cudaMemcpyHostToDevice));
         return;
     }
     std::vector<float> local(opt.elems);
     shard_global_to_local(opt.shard, host_full, local.data());
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaMemcpy(d_state, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
@@ -49,9 +49,9 @@ void optimizer_create(const Context& ctx, AdamW* opt, const ParamLayout& layout,
     opt->m = opt->state;
     opt->v = opt->state + opt->elems;
     opt->master = with_master ? opt->state + 2 * opt->elems : nullptr;
-    CUDA_CHECK(cudaMemsetAsync(opt->state, 0, 2 * opt->elems * sizeof(float), ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemsetAsync(opt->state, 0, 2 * opt->elems * sizeof(float), ctx.stream));
     if (with_master) upload_state(*opt, host_params.data(), opt->master);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 void optimizer_grad_norm_squared(const Context& ctx, const AdamW& opt, float* out, void* scratch,
@@ -76,7 +76,7 @@ void optimizer_update(const Context& ctx, AdamW* opt, floatX* params, const floa
 
 void optimizer_load_moments(const Context& ctx, AdamW* opt, const float* host_m,
                             const float* host_v) {
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     upload_state(*opt, host_m, opt->m);
     upload_state(*opt, host_v, opt->v);
 }

@@ -37,7 +37,7 @@ void print_memory_plan(const Context& ctx, const GPT2Config& cfg, const TrainCon
     train_print_memory_plan(train_memory_plan(ctx, cfg, tc.B, tc.T, grad_accum, opts, zero_shards),
                             stdout);
     size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    LLMC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     std::printf("largest B        at T=%d in the %.0f MiB free:", tc.T, free_b / 1048576.0);
     for (int r = 0; r <= 2; r++) {
         GPT2Options o = opts;

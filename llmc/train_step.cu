@@ -24,13 +24,14 @@ cudaEvent_t enqueue_zeroing(const Context& ctx, TrainStep* s, int micro) {
     const cudaStream_t stream = stream_for(ctx, on_branch);
     if (on_branch) branch_fork(ctx);
     if (micro == 0) {
-        CUDA_CHECK(cudaMemcpyAsync(s->d_step_values, s->io.step_values, sizeof(AdamWStepValues),
-                                   cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemsetAsync(m.grads, 0, m.num_params * sizeof(floatX), stream));
-        CUDA_CHECK(cudaMemsetAsync(s->d_results, 0, 2 * sizeof(float), stream));
+        LLMC_CUDA_CHECK(cudaMemcpyAsync(s->d_step_values, s->io.step_values,
+                                        sizeof(AdamWStepValues), cudaMemcpyHostToDevice, stream));
+        LLMC_CUDA_CHECK(cudaMemsetAsync(m.grads, 0, m.num_params * sizeof(floatX), stream));
+        LLMC_CUDA_CHECK(cudaMemsetAsync(s->d_results, 0, 2 * sizeof(float), stream));
     }
     if (!on_branch) return nullptr;
-    CUDA_CHECK(cudaMemsetAsync(m.acts.dresidual, 0, N * m.cfg.channels * sizeof(floatX), stream));
+    LLMC_CUDA_CHECK(
+        cudaMemsetAsync(m.acts.dresidual, 0, N * m.cfg.channels * sizeof(floatX), stream));
     return branch_mark(ctx);
 }
 
@@ -55,8 +56,8 @@ void enqueue_optimizer(const Context& ctx, TrainStep* s) {
 void enqueue_step(const Context& ctx, TrainStep* s) {
     const size_t N = (size_t)s->B * s->T;
     const size_t token_bytes = (size_t)s->grad_accum * 2 * N * sizeof(int);
-    CUDA_CHECK(cudaMemcpyAsync(s->d_tokens, s->io.tokens, token_bytes, cudaMemcpyHostToDevice,
-                               ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpyAsync(s->d_tokens, s->io.tokens, token_bytes, cudaMemcpyHostToDevice,
+                                    ctx.stream));
     GPT2ForwardArgs args;
     args.d_loss = s->d_results;
     args.loss_scale = 1.0f / ((float)N * (float)s->grad_accum);
@@ -74,8 +75,8 @@ void enqueue_step(const Context& ctx, TrainStep* s) {
         gpt2_backward(ctx, s->model, batch, args.zeroed, reduce ? &s->reducer : nullptr);
     }
     enqueue_optimizer(ctx, s);
-    CUDA_CHECK(cudaMemcpyAsync(s->io.results, s->d_results, 2 * sizeof(float),
-                               cudaMemcpyDeviceToHost, ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpyAsync(s->io.results, s->d_results, 2 * sizeof(float),
+                                    cudaMemcpyDeviceToHost, ctx.stream));
 }
 
 }  // namespace
@@ -104,11 +105,11 @@ void train_step_create(TrainStep* s, GPT2* model, AdamW* opt, int grad_accum, Mu
     s->reducer = MultiGpuGradReducer(dist, model->grads);
     const size_t tokens = (size_t)grad_accum * 2 * s->B * s->T;
     device_alloc(reinterpret_cast<void**>(&s->d_tokens), tokens * sizeof(int), "token buffer");
-    CUDA_CHECK(cudaMalloc(&s->d_step_values, sizeof(AdamWStepValues)));
-    CUDA_CHECK(cudaMalloc(&s->d_results, 2 * sizeof(float)));
-    CUDA_CHECK(cudaMallocHost(&s->io.tokens, tokens * sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&s->io.step_values, sizeof(AdamWStepValues)));
-    CUDA_CHECK(cudaMallocHost(&s->io.results, 2 * sizeof(float)));
+    LLMC_CUDA_CHECK(cudaMalloc(&s->d_step_values, sizeof(AdamWStepValues)));
+    LLMC_CUDA_CHECK(cudaMalloc(&s->d_results, 2 * sizeof(float)));
+    LLMC_CUDA_CHECK(cudaMallocHost(&s->io.tokens, tokens * sizeof(int)));
+    LLMC_CUDA_CHECK(cudaMallocHost(&s->io.step_values, sizeof(AdamWStepValues)));
+    LLMC_CUDA_CHECK(cudaMallocHost(&s->io.results, 2 * sizeof(float)));
     // Pinned memory starts uninitialised.
     std::memset(s->io.tokens, 0, tokens * sizeof(int));
     *s->io.step_values = AdamWStepValues{0.0f, 1};
@@ -116,7 +117,7 @@ void train_step_create(TrainStep* s, GPT2* model, AdamW* opt, int grad_accum, Mu
 }
 
 void train_step_reset_graph(TrainStep* s) {
-    if (s->graph != nullptr) CUDA_CHECK(cudaGraphExecDestroy(s->graph));
+    if (s->graph != nullptr) LLMC_CUDA_CHECK(cudaGraphExecDestroy(s->graph));
     s->graph = nullptr;
 }
 
@@ -134,15 +135,15 @@ void train_step_run(const Context& ctx, TrainStep* s, bool use_graph) {
         // Multi-GPU: relaxed, since NCCL may set up a connection (cudaMalloc, host calls) in
         // this thread the first time a collective shape appears, which thread-local capture
         // would refuse.
-        CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, s->dist != nullptr
-                                                          ? cudaStreamCaptureModeRelaxed
-                                                          : cudaStreamCaptureModeThreadLocal));
+        LLMC_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, s->dist != nullptr
+                                                               ? cudaStreamCaptureModeRelaxed
+                                                               : cudaStreamCaptureModeThreadLocal));
         enqueue_step(ctx, s);
-        CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
-        CUDA_CHECK(cudaGraphInstantiate(&s->graph, g, 0));
-        CUDA_CHECK(cudaGraphDestroy(g));
+        LLMC_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
+        LLMC_CUDA_CHECK(cudaGraphInstantiate(&s->graph, g, 0));
+        LLMC_CUDA_CHECK(cudaGraphDestroy(g));
     }
-    CUDA_CHECK(cudaGraphLaunch(s->graph, ctx.stream));
+    LLMC_CUDA_CHECK(cudaGraphLaunch(s->graph, ctx.stream));
 }
 
 TrainMemoryPlan train_memory_plan(const Context& ctx, const GPT2Config& cfg, int B, int T,
@@ -207,7 +208,7 @@ void train_check_memory(const Context& ctx, const GPT2Config& cfg, int B, int T,
     // Refuse up front what cannot fit, with the numbers a user needs to pick B and --recompute.
     const TrainMemoryPlan plan = train_memory_plan(ctx, cfg, B, T, grad_accum, opts, zero_shards);
     size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    LLMC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (plan.total() <= free_b) return;
     GPT2Options most = opts;
     most.recompute = 2;

@@ -282,16 +282,16 @@ StepOutcome take_step(Trainer* tr, int step, float ceiling, cudaEvent_t start, c
     s->io.step_values->lr = lr_at_step(tr->schedule, step);
     s->io.step_values->step = (int)(tr->run.adam_t + 1);
     s->io.step_values->max_norm_squared = ceiling;
-    CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
     train_step_run(ctx, s, tc.graph != 0);
-    CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
     if (tr->dist != nullptr)
         multi_gpu_wait(ctx, tr->dist, stop);
     else
-        CUDA_CHECK(cudaEventSynchronize(stop));
+        LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
     *wall = ms_since(wall0);
     float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    LLMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     const StepOutcome out =
         run_record_step(&tr->run, tr->policy, step, s->io.results[0], s->io.results[1], ceiling);
     rec->step = step;
@@ -484,8 +484,8 @@ void trainer_init(Trainer* tr, const TrainConfig& tc, const Context& ctx, GPT2* 
 int trainer_run(Trainer* tr) {
     const TrainConfig& tc = *tr->tc;
     cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
+    LLMC_CUDA_CHECK(cudaEventCreate(&start));
+    LLMC_CUDA_CHECK(cudaEventCreate(&stop));
     tr->record_time = Clock::now();
     tr->first_step = (int)tr->run.step + 1;
     // As llm.c: with --eval-every, HellaSwag also scores the model a new run starts from.
@@ -500,15 +500,15 @@ int trainer_run(Trainer* tr) {
         }
         if (tr->stopped) break;
     }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    LLMC_CUDA_CHECK(cudaEventDestroy(start));
+    LLMC_CUDA_CHECK(cudaEventDestroy(stop));
     return rc;
 }
 
 void trainer_finish(Trainer* tr) {
     const TrainConfig& tc = *tr->tc;
     size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    LLMC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double peak_mib = (total_b - free_b) / 1048576.0;
     const double med = median(tr->step_ms);
     std::printf(
