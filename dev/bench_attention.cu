@@ -28,6 +28,8 @@
 #include "flash_attention.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 constexpr double kCeilingTflops = 800.0;

@@ -40,6 +40,8 @@
 #include "matmul.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 constexpr int kB = 64, kT = 1024, kC = 768, kL = 12, kV = 50257, kVp = 50304, kMaxT = 1024;

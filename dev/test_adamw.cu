@@ -21,6 +21,8 @@
 #include "cpu_ops.h"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 constexpr AdamWHyper kHyper = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1234};

@@ -18,6 +18,8 @@
 #include "cpu_ops.h"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 struct Shape {

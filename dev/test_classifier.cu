@@ -27,6 +27,8 @@
 #include "cpu_ops.h"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 // losses: log(s) + (m - x_target) with s a float sum of <= 50257 terms in per-thread runs of

@@ -12,6 +12,8 @@
 #include "encoder.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 // Forward: out = wte[id] + wpe[t] is one float add rounded once to floatX on both sides (the

@@ -37,6 +37,8 @@
 #include "flash_attention.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 typedef __nv_bfloat16 bf16;

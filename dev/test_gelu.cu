@@ -13,6 +13,8 @@
 #include "gelu.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 // float tanhf is within 2 ulp and the polynomial adds a few roundings: ~1e-6 relative to

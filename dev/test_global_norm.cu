@@ -11,6 +11,8 @@
 #include "global_norm.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 // A float sum of positive terms: each thread adds <= ~1000 squares in order, then fixed trees.

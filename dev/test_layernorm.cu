@@ -19,6 +19,8 @@
 #include "layernorm.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 // Statistics are float sums of C <= 1600 values of size ~2, in per-lane runs of <= 50 then a

@@ -118,6 +118,14 @@ void test_families() {
         {"void (anonymous namespace)::bias_backward_partial_kernel()", kFamBiasGrad},
         {"void (anonymous namespace)::sum_of_squares_block_partials_kernel<8>()", kFamGlobalNorm},
         {"void (anonymous namespace)::adamw_fused_kernel<8, true>()", kFamAdamw},
+        // Our kernels live in namespace llmc.
+        {"void llmc::(anonymous namespace)::layernorm_forward_warp_per_row_kernel<8, true>()",
+         kFamLayernormForward},
+        {"void llmc::(anonymous namespace)::adamw_sharded_kernel<8, true>(llmc::ChunkMap)",
+         kFamAdamw},
+        {"_ZN4llmc45_GLOBAL__N__ed9e8fe1_12_layernorm_cu_caa5f98137layernorm_forward_warp_per_"
+         "row_kernelILi1ELb0EEEvP13__nv_bfloat16PfS4_S3_PKS2_S6_S6_S6_ii",
+         kFamLayernormForward},
         {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL", kFamOther},
     };
     int wrong = 0;
@@ -141,6 +149,9 @@ void test_names() {
         "(__nv_bfloat16*, float*)",
         64);
     check(a == "layernorm_backward_row_in_registers_kernel<8, 3>", "short name: '%s'", a.c_str());
+    const std::string n = short_kernel_name(
+        "void llmc::(anonymous namespace)::adamw_fused_kernel<8, true>(llmc::AdamWTensors)", 64);
+    check(n == "adamw_fused_kernel<8, true>", "short name drops llmc:: too: '%s'", n.c_str());
     const std::string b = short_kernel_name(
         "void cub::CUB_300000_SM_900::detail::radix_sort::DeviceRadixSortOnesweepKernel<cub::"
         "detail::policy, (bool)0>(int*)",

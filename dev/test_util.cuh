@@ -69,7 +69,7 @@ inline void fill_normal(std::vector<float>& h, Rng& rng, float mean, float stdde
 
 // After this, converting h to floatX and back is exact.
 inline void round_to_floatx(std::vector<float>& h) {
-    for (float& x : h) x = to_float(from_float<floatX>(x));
+    for (float& x : h) x = llmc::to_float(llmc::from_float<llmc::floatX>(x));
 }
 
 template <typename T>
@@ -93,7 +93,7 @@ class DeviceBuffer {
 template <typename T>
 void upload(T* dst, const float* h, size_t n) {
     std::vector<T> tmp(n);
-    for (size_t i = 0; i < n; i++) tmp[i] = from_float<T>(h[i]);
+    for (size_t i = 0; i < n; i++) tmp[i] = llmc::from_float<T>(h[i]);
     LLMC_CUDA_CHECK(cudaMemcpy(dst, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
     LLMC_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -114,7 +114,7 @@ std::vector<float> download(const T* src, size_t n) {
     std::vector<T> tmp(n);
     LLMC_CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost));
     std::vector<float> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = to_float(tmp[i]);
+    for (size_t i = 0; i < n; i++) h[i] = llmc::to_float(tmp[i]);
     return h;
 }
 

@@ -27,6 +27,8 @@
 #include "sm90.cuh"
 #include "test_util.cuh"
 
+using namespace llmc;
+
 namespace {
 
 typedef __nv_bfloat16 bf16;

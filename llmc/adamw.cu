@@ -29,6 +29,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -367,3 +369,5 @@ void adamw_update_sharded(const Context& ctx, floatX* params, float* master, flo
         }
     }
 }
+
+}  // namespace llmc

@@ -27,6 +27,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 constexpr int kAdamWMaxTensors = 16;
 
 struct AdamWStepValues {  // lives in device memory, written by the host before each step
@@ -62,3 +64,5 @@ void adamw_update(const Context& ctx, floatX* params, float* master, float* m, f
 void adamw_update_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
                           const floatX* grads, const llmc::ChunkMap& map, const AdamWHyper& hyper,
                           const AdamWStepValues* step_values, const float* norm_squared);
+
+}  // namespace llmc

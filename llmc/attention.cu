@@ -37,6 +37,8 @@
 #include "matmul.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kRowsPerBlock = 8;       // one warp per score row, 8 warps per block
@@ -323,3 +325,5 @@ bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
 }
 
 #endif
+
+}  // namespace llmc

@@ -30,6 +30,8 @@
 #include "matmul.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 // Threads per row. 1024 leaves room for 2 blocks per SM: 264 rows of GPT-2's 100 KB (bf16) in
@@ -373,3 +375,5 @@ void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N
     launch_kernel(ctx, ctx.stream, loss_accumulate_block_sum_kernel, 1, kLossThreads, 0, loss,
                   losses, N, scale);
 }
+
+}  // namespace llmc

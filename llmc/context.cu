@@ -8,6 +8,8 @@
 #include "arch.cuh"
 #include "context.cuh"
 
+namespace llmc {
+
 // cuBLASLt's heuristics pick faster kernels (split-K, stream-K) when given room to work;
 // 32 MiB is what Hopper's largest tiles ask for.
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
@@ -186,3 +188,5 @@ Context::~Context() {
     if (branch_stream) cudaStreamDestroy(branch_stream);
     if (stream) cudaStreamDestroy(stream);
 }
+
+}  // namespace llmc

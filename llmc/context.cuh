@@ -26,6 +26,8 @@
 
 #include "check.h"
 
+namespace llmc {
+
 // Bits of Context::branches: what the step runs on the branch stream.
 constexpr unsigned kBranchGemms = 1;    // the backward's weight-gradient GEMMs (and bias sums)
 constexpr unsigned kBranchReduces = 2;  // the layernorm backward's weight/bias reduction
@@ -102,3 +104,5 @@ inline cudaStream_t stream_for(const Context& ctx, bool on_branch) {
 
 // Number of streaming multiprocessors (for sizing persistent grids).
 inline int ctx_num_sms(const Context& ctx) { return ctx.props.multiProcessorCount; }
+
+}  // namespace llmc

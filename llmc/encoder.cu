@@ -24,6 +24,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -236,3 +238,5 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
         launch_encoder_backward_sums<1>(ctx, dwte, dwpe, s, dout, B, T, C);
     }
 }
+
+}  // namespace llmc

@@ -38,6 +38,8 @@
 #include "flash_attention_sm90.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -1267,3 +1269,5 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         LLMC_CUDA_CHECK_LAST();
     }
 }
+
+}  // namespace llmc

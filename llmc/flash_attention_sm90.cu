@@ -44,6 +44,8 @@
 #include "nvtx.h"
 #include "sm90.cuh"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -493,3 +495,5 @@ void flash_attention_sm90_forward(const Context& ctx, bf16* out, float* lse, con
         launch(std::integral_constant<int, 128>{});
     }
 }
+
+}  // namespace llmc

@@ -38,6 +38,8 @@
 #include "nvtx.h"
 #include "sm90.cuh"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -631,3 +633,5 @@ BiasPartials flash_attention_sm90_backward(const Context& ctx, bf16* dqkv, void*
                HS);
     return backward_hs<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, bias);
 }
+
+}  // namespace llmc

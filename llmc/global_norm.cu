@@ -17,6 +17,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -162,3 +164,5 @@ void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
     }
     launch_kernel(ctx, ctx.stream, sum_partials_kernel, 1, kFinalThreads, 0, out, partials, G);
 }
+
+}  // namespace llmc

@@ -6,6 +6,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 size_t global_norm_scratch_bytes(const Context& ctx);
 void global_norm_squared(const Context& ctx, float* out, void* scratch, const floatX* values,
                          size_t n);
@@ -13,3 +15,5 @@ void global_norm_squared(const Context& ctx, float* out, void* scratch, const fl
 // gradient buffer); ZeRO-1: a rank's chunks, and the caller all-reduces it over the ranks.
 void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
                                  const floatX* values, const llmc::ChunkMap& map);
+
+}  // namespace llmc

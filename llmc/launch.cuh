@@ -16,6 +16,8 @@
 
 #include "context.cuh"
 
+namespace llmc {
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -44,3 +46,5 @@ void launch_kernel(const Context& ctx, cudaStream_t stream, void (*kernel)(Param
     LLMC_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
     LLMC_CUDA_CHECK_LAST();
 }
+
+}  // namespace llmc

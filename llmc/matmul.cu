@@ -20,6 +20,8 @@
 #include "launch.cuh"
 #include "matmul.cuh"
 
+namespace llmc {
+
 namespace {
 
 // Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
@@ -620,3 +622,5 @@ void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, cons
     c.alpha = alpha, c.beta = beta;
     lt_matmul(ctx, c);
 }
+
+}  // namespace llmc

@@ -29,6 +29,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
 
@@ -59,3 +61,5 @@ void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, cons
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,
                             long long stride_a, long long stride_b, long long stride_c, int batch,
                             float alpha, float beta);
+
+}  // namespace llmc

@@ -11,7 +11,7 @@
 #include "multi_gpu.cuh"
 #include "nvtx.h"
 
-using namespace llmc;
+namespace llmc {
 
 namespace {
 
@@ -263,3 +263,5 @@ void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_loc
     LLMC_CUDA_CHECK(cudaFree(staging));
     LLMC_CUDA_CHECK(cudaEventDestroy(done));
 }
+
+}  // namespace llmc

@@ -28,6 +28,8 @@
 #include "precision.cuh"
 #include "shard_map.h"
 
+namespace llmc {
+
 struct MultiGpu {
     llmc::DistEnv env;
     llmc::BootstrapOptions bootstrap;
@@ -98,3 +100,5 @@ class MultiGpuGradReducer final : public llmc::GradReadyHook {
     MultiGpu* d_;
     floatX* grads_;
 };
+
+}  // namespace llmc

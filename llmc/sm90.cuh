@@ -26,6 +26,8 @@
 
 #include <cstdint>
 
+namespace llmc {
+
 // Host: a TMA descriptor of bf16 rows: element (b, t, head, c) at
 // base + (((b * T + t) * heads + head) * cols + c), viewed as the 4D tensor (cols, heads, T, B)
 // with boxes of 64 columns x 1 head x box_rows rows x 1 batch, 128-byte swizzled. Rows t >= T of
@@ -379,3 +381,5 @@ __device__ __forceinline__ void accumulator_to_a(uint32_t (&a)[R / 2], const flo
 }  // namespace sm90
 
 #endif  // sm_90a device code
+
+}  // namespace llmc
