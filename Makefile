@@ -87,7 +87,31 @@ NVCC_FLAGS := $(NVCC_BASE_FLAGS) $(call arch_flags,$(GPU_ARCH))
 CXX_FLAGS := $(COMMON_FLAGS) -Wall -Wextra -Werror -Wno-unused-parameter -DLLMC_WITH_CUDA
 LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread
 
-# Library: every llmc/*.cu is a device op family, every llmc/*.cpp host code.
+# Layers of llmc/, lowest first: a file includes files of its own layer and of the layers below,
+# never one above, and the include graph has no cycle (dev/check_layers.py reads these lines
+# and checks both; make test runs it). A source (x.cu, x.cpp) is in its header's layer.
+#   layer core: check.h precision.cuh nvtx.h rng.h util.h arch.cuh sm90.cuh chunk_map.h
+#     + unicode_tables.h
+#   layer host: model_file.h model_init.h tokenizer.h dataloader.h batch_order.h checkpoint.h
+#     + hellaswag.h json_value.h run_log.h llmc_log.h step_timeline.h gpu_monitor.h
+#     + shard_map.h dist_env.h nccl_api.h schedule.h outlier.h mfu.h cli.h sampler.h
+#   layer config: train_config.h train_resume.h run_state.h
+#   layer device: context.cuh launch.cuh device_utils.cuh step_trace.cuh
+#   layer ops: adamw.cuh attention.cuh classifier.cuh encoder.cuh flash_attention.cuh
+#     + flash_attention_sm90.cuh flash_attention_sm90_backward.cu gelu.cuh global_norm.cuh
+#     + layernorm.cuh matmul.cuh
+#   layer model: gpt2.cuh gpt2_eval.cuh
+#   layer training: optimizer.cuh multi_gpu.cuh train_step.cuh checkpoint.cuh sampler.cuh
+#     + hellaswag_eval.cuh
+#   layer app: train_setup.cuh trainer.cuh
+# core: checks, precision, small helpers; host: files, data, logs, ranks (host code); config:
+# the trainer's options and resume policy; device: the Context and launch helpers; ops: one op
+# family per pair (forward and backward); model: GPT-2's buffers and passes; training: optimizer,
+# step, multi-GPU, evaluations; app: the trainer's setup and loop. The mains (*.cu) and dev/
+# sit above them all.
+
+# Library: every llmc/*.cu is device code (the op families and the parts that launch them),
+# every llmc/*.cpp host code.
 LLMC_CU := $(wildcard llmc/*.cu)
 LLMC_CPP := $(wildcard llmc/*.cpp)
 LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))

@@ -42,6 +42,8 @@ run makefile_checks bash dev/test_makefile.sh
 run format_check make --no-print-directory format-check
 # No function over 150 lines outside kernels (a brace counter; prints the longest ones).
 run function_lengths "$PY" dev/check_functions.py
+# llmc/'s include graph: no cycle, no include of a higher layer (the Makefile lists the layers).
+run include_layers "$PY" dev/check_layers.py
 # Every file parser under libFuzzer + ASan/UBSan, 20 s each (scripts/fuzz.sh; LLMC_FUZZ_SECONDS).
 run fuzz bash scripts/fuzz.sh "${LLMC_FUZZ_SECONDS:-20}"
 if bash scripts/tokenizer_files.sh build/tokenizer >/dev/null 2>&1; then
