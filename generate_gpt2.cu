@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
                 Tokenizer encoder;
                 LLMC_CHECK(is_dir(path) && encoder.load(path, &why),
                            "--prompt needs GPT-2's encoder.json and vocab.bpe, and %s %s; pass "
-                           "--tokenizer DIR (scripts/tokenizer_files.sh DIR fetches them)",
+                           "--tokenizer DIR (scripts/data/tokenizer_files.sh DIR fetches them)",
                            path.c_str(), is_dir(path) ? why.c_str() : "is a tokenizer file");
                 encoder.encode(gc.prompt, &ids);
             }
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     LLMC_CHECK(has_decoder || gc.tokenizer.empty(), "--tokenizer: %s.", why.c_str());
     LLMC_CHECK(!gc.has_prompt || has_decoder,
                "--prompt needs GPT-2's tokenizer and none is in data/gpt2_tokenizer or "
-               "build/tokenizer; pass --tokenizer DIR (scripts/tokenizer_files.sh DIR fetches "
+               "build/tokenizer; pass --tokenizer DIR (scripts/data/tokenizer_files.sh DIR fetches "
                "encoder.json and vocab.bpe) or give the prompt as --prompt-ids");
 
     GPT2Config cfg;

@@ -4,8 +4,8 @@
 //   ./profile_gpt2cu [-e d12] [-b 4] [-t 1024] [--steps 3] [--graph 0|1]   (--help lists them)
 //   ./profile_gpt2cu --trace N [--graph 1] [--csv PATH] [--peak-tflops X] [--label NAME] ...
 //
-// --trace N: where the step's time goes, without nsys (scripts/step_profile.sh runs it). After
-// warm-up, N steps are timed as the trainer times them (CUDA events around the launch) with
+// --trace N: where the step's time goes, without nsys (scripts/bench/step_profile.sh runs it).
+// After warm-up, N steps are timed as the trainer times them (CUDA events around the launch) with
 // nothing traced; then CUPTI (step_trace.cuh) records every kernel, memcpy and memset of N more
 // steps (the graph captured again with tracing on), and for each step the report gives the wall
 // time, the busy time (union of the records), the idle time (wall - busy), the largest gaps with
@@ -13,7 +13,7 @@
 // through the project's matmul measures cuBLASLt's peak on this GPU, against which the step's
 // model FLOPs (gpt2_flops_per_token) give the GEMM-bound limit of the step and the share of it
 // the untraced step reaches. --csv PATH writes every record of the traced steps. The last line
-// ("result | ...") is the one-line summary scripts/step_profile.sh collects.
+// ("result | ...") is the one-line summary scripts/bench/step_profile.sh collects.
 //
 // Nsight Systems (timeline with the NVTX ranges step / forward / backward / optimizer / layer):
 //   nsys profile -t cuda,nvtx -o gpt2_d12 ./profile_gpt2cu --graph 0

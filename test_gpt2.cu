@@ -19,8 +19,8 @@
 // bounds are a multiple of PyTorch's own bf16 autocast error on the same batch (the dump's
 // trailer, version 2 or 3); the fp32 build's are fixed with TF32 off and a multiple of PyTorch's
 // TF32 error with TF32 on (trailer version 3; derived from the autocast error for version 2).
-// Files come from scripts/train_gpt2.py --write-model --write-state.
-// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test_device.h).
+// Files come from scripts/ref/train_gpt2.py --write-model --write-state.
+// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test/test_device.h).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -30,14 +30,14 @@
 #include "gpt2.cuh"
 #include "gpt2_eval.cuh"
 #include "optimizer.cuh"
-#include "test_device.h"
+#include "test/test_device.h"
 #include "train_step.cuh"
 
 using namespace llmc;
 
 namespace {
 
-// Tolerances. The reference is PyTorch's run in float64 (scripts/train_gpt2.py --state-dtype,
+// Tolerances. The reference is PyTorch's run in float64 (scripts/ref/train_gpt2.py --state-dtype,
 // trailer version 3; in older dumps fp32 with TF32 off): the errors below are ours against it.
 #if defined(ENABLE_BF16)
 // The bf16 build is judged against PyTorch's own bf16 error: the dump's trailer (version 2 or 3)
@@ -93,7 +93,7 @@ constexpr double kStepLossTol = 5e-4;
 // linear layers, the lm-head and attention's Q K^T and P V, forward and backward) to TF32's
 // 10-bit mantissa and keeps everything else in fp32, as this build does, so the same rounding
 // events of the same size happen on both sides: expect ours ~1x PyTorch's. Measured on the CPU
-// with two emulations of that (scripts/train_gpt2.py's, inputs rounded to nearest, summed in
+// with two emulations of that (scripts/ref/train_gpt2.py's, inputs rounded to nearest, summed in
 // fp32 or in fp64) against a float64 reference, 8 configs (L 1-4, NH 1-5, HS 64, B 1-5, T 1-101):
 // the second's error over the first's was 1.00 on the logits, 0.89-1.06 on the 16 gradients,
 // 0.69-1.75 on the step losses. 4 is the bf16 build's margin, and holds the step losses too:
@@ -128,7 +128,7 @@ Options parse(int argc, char** argv) {
     p.usage = "test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [options]";
     p.about =
         "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch dump "
-        "(scripts/train_gpt2.py --write-model --write-state).";
+        "(scripts/ref/train_gpt2.py --write-model --write-state).";
     p.options = {
         cli::option("--model", "MODEL.bin", "model", &o.model, "the model file of the dump")
             .must_be_given("--model and --state are required: the dump's model and state files"),
@@ -149,7 +149,7 @@ struct Tally {
     void record(bool ok) { ok ? passed++ : failed++; }
 };
 
-// Worst error / bound ratio seen per quantity (the summary line scripts/test_shapes.sh reads).
+// Worst error / bound ratio seen per quantity (the summary line scripts/test/test_shapes.sh reads).
 struct Worst {
     double logits = 0, loss = 0, grads = 0, steps = 0;
 };
@@ -212,7 +212,7 @@ Bounds tf32_bounds(const DebugState& st, const std::string& path) {
         LLMC_CHECK(st.has_baseline,
                    "debug state '%s' has no PyTorch baselines (trailer version %d); the fp32 "
                    "test with --tf32 1 sets its bounds from PyTorch's TF32 error, so rewrite the "
-                   "dump with this checkout's scripts/train_gpt2.py --write-state (or use "
+                   "dump with this checkout's scripts/ref/train_gpt2.py --write-state (or use "
                    "--tf32 0).",
                    path.c_str(), st.trailer_version);
         scale = kUnitRoundoffRatio;
@@ -243,7 +243,7 @@ Bounds make_bounds(const DebugState& st, const std::string& path, bool tf32) {
     LLMC_CHECK(st.has_baseline,
                "debug state '%s' has no bf16 autocast baselines (trailer version %d); the bf16 "
                "test sets its bounds from them, so rewrite the dump with this checkout's "
-               "scripts/train_gpt2.py --write-state.",
+               "scripts/ref/train_gpt2.py --write-state.",
                path.c_str(), st.trailer_version);
     b.base_name = "torch-bf16";
     b.base_logits = st.base_logits;

@@ -116,8 +116,8 @@ __device__ __forceinline__ float weight_decay_of(const AdamWTensors& t, float we
 
 // One element's update; p, m, v in and out. Every operation is an explicit round-to-nearest
 // intrinsic, so the compiler cannot contract them into FMAs differently in the whole-buffer and
-// the ZeRO-1 kernel: both give the same bits (dev/test_adamw_sharded found a 1-ulp difference in
-// the master weights on an H200 when this was plain arithmetic).
+// the ZeRO-1 kernel: both give the same bits (dev/test/test_adamw_sharded found a 1-ulp difference
+// in the master weights on an H200 when this was plain arithmetic).
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float grad, float wd,
                                               const AdamWHyper& h, const StepConstants& c) {
     const float g = __fmul_rn(grad, c.grad_scale);

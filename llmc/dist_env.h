@@ -3,7 +3,7 @@
 // no MPI, so it runs (and is tested) anywhere.
 //
 // Discovery, first match wins:
-//   LLMC_RANK, LLMC_WORLD_SIZE, LLMC_LOCAL_RANK             scripts/launch.sh (or set by hand)
+//   LLMC_RANK, LLMC_WORLD_SIZE, LLMC_LOCAL_RANK             scripts/run/launch.sh (or set by hand)
 //   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK                 OpenMPI's mpirun
 //   SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID        Slurm's srun (a job step: the batch
 //                                                            script itself has no step size)

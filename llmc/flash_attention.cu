@@ -880,10 +880,10 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
 // ---- Launch -----------------------------------------------------------------------------------
 
-// Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention --variants
-// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, was
-// the fastest at HS=64 on an H100 (the shapes tried and dropped: docs/perf-log.md). Fields: warps
-// per block, m-tiles of 16 rows per warp (the rows whose fragments are the A operands), inner
+// Tile shapes. Each pass keeps a few variants compiled so that dev/bench/bench_attention --variants
+// can time them in one run and dev/test/test_flash_attention checks each; variant 0, the default,
+// was the fastest at HS=64 on an H100 (the shapes tried and dropped: docs/perf-log.md). Fields:
+// warps per block, m-tiles of 16 rows per warp (the rows whose fragments are the A operands), inner
 // tile rows, blocks per SM the register cap aims at, A fragments kept in registers, cp.async
 // stages. Above HS=64 the accumulators need the registers: every variant is the one shape that
 // does not spill there.

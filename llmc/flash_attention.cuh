@@ -38,10 +38,10 @@ enum class FlashPath { kAuto, kMmaSync, kSm90 };
 bool flash_attention_sm90_available(const Context& ctx, int HS);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 
-// Tile-shape variants of each pass of a path, kept compiled so that dev/bench_attention can time
-// them in one run and dev/test_flash_attention can check each one; variant 0, the default, is
-// the fastest measured. Every variant computes the same values (within rounding) for every
-// shape. The Hopper path has one variant of each backward pass.
+// Tile-shape variants of each pass of a path, kept compiled so that dev/bench/bench_attention can
+// time them in one run and dev/test/test_flash_attention can check each one; variant 0, the
+// default, is the fastest measured. Every variant computes the same values (within rounding) for
+// every shape. The Hopper path has one variant of each backward pass.
 enum class FlashPass { kForward, kDq, kDkdv };
 int flash_attention_variants(FlashPass pass, FlashPath path = FlashPath::kMmaSync);
 const char* flash_attention_variant_name(FlashPass pass, int variant,

@@ -361,8 +361,8 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 
 // Variants: stages of the K/V ring, consumer turns, block order (-1: pairs where they balance,
 // else one tile per CTA; see "Block order"), exponentials on the FMA pipe (every poly-th chunk;
-// 0: none). Variant 0 is the default; the others stay compiled for dev/bench_attention
-// --variants and are checked by dev/test_flash_attention.
+// 0: none). Variant 0 is the default; the others stay compiled for dev/bench/bench_attention
+// --variants and are checked by dev/test/test_flash_attention.
 struct ForwardVariant {
     int stages;
     bool pingpong;

@@ -301,7 +301,7 @@ void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
 // A side stream for the small reductions alone, joined before each layernorm backward, was
 // slower at d12 B=4 and B=64 (the performance log in docs/ has the figures): here the weight
 // GEMMs, half of the backward's work, may go beside the chain, and each switch can be measured
-// alone (scripts/step_profile.sh --ab).
+// alone (scripts/bench/step_profile.sh --ab).
 void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEvent_t zeroed,
                    GradReadyHook* hook) {
     NvtxRange range("backward");

@@ -29,9 +29,9 @@ void hellaswag_eval_init(const std::string& path, const GPT2Config& cfg, int B, 
 namespace {
 
 // LLMC_HELLASWAG_LOSSES=PREFIX: each evaluation writes PREFIX_SSSSSSSS.txt
-// (PREFIX_SSSSSSSS.rankR.txt with several ranks), a line per example in scripts/hellaswag_ref.py
-// --losses's format: index, label, the mean-loss and summed-loss predictions, the K mean losses,
-// the K summed losses.
+// (PREFIX_SSSSSSSS.rankR.txt with several ranks), a line per example in the format of
+// scripts/ref/hellaswag_ref.py --losses: index, label, the mean-loss and summed-loss predictions,
+// the K mean losses, the K summed losses.
 void write_losses(const HellaSwagEval& ev, const EvalLosses& losses,
                   const std::vector<int>& predicted, int step, int rank) {
     const char* prefix = std::getenv("LLMC_HELLASWAG_LOSSES");

@@ -37,8 +37,8 @@ struct HellaSwagResult {
 // (of ev's B x T); synchronises. With `dist`, each rank scores its share and the counts are
 // summed over the ranks. With
 // LLMC_HELLASWAG_LOSSES=PREFIX set, each rank also writes its examples' ending losses to
-// PREFIX_SSSSSSSS.txt (scripts/hellaswag_ref.py --losses's format; .rankR before .txt with
-// several ranks), for comparing with the PyTorch reference (scripts/test_hellaswag.sh).
+// PREFIX_SSSSSSSS.txt (scripts/ref/hellaswag_ref.py --losses's format; .rankR before .txt with
+// several ranks), for comparing with the PyTorch reference (scripts/test/test_hellaswag.sh).
 HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* model, EvalIO* io,
                                    const HellaSwagEval& ev, int step, MultiGpu* dist);
 

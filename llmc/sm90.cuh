@@ -1,5 +1,5 @@
 // sm90.cuh: Hopper (sm_90a) building blocks of the flash attention kernels and their layout test
-// (dev/test_wgmma_tiles): TMA tensor maps and tile loads, mbarriers, named barriers, register
+// (dev/test/test_wgmma_tiles): TMA tensor maps and tile loads, mbarriers, named barriers, register
 // reallocation, wgmma shared-memory descriptors and the wgmma instructions, and the register
 // layouts these imply. Written from the PTX ISA and the CUDA driver API reference.
 //
