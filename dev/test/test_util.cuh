@@ -14,6 +14,7 @@
 // ctx.stream (created non-blocking) would not otherwise wait for. download synchronizes first.
 //   max_abs(v)                 the largest |value| of a host vector (0 for an empty one)
 //   check_close(...)           max abs / rel error and the worst element; counts pass or fail
+//   check_within(...)          the same against a bound per element
 //   check_bitwise_equal(...)   run-to-run determinism; counts pass or fail
 //   test_summary(name)         prints "NAME: N passed, M failed" and returns the exit code
 //
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "check.h"
@@ -146,19 +148,20 @@ inline bool record_result(bool ok) {
     return ok;
 }
 
-// Compares n values; prints one line with the worst element (largest error relative to its
-// tolerance) and counts the result.
-inline bool check_close(const char* name, const float* got, const float* ref, size_t n, float atol,
-                        float rtol) {
+// Compares n values, element i passing when |got - ref| <= tol(i) (NaN never passes); prints one
+// line with the worst element (largest error relative to its tolerance), ending with `tol_text`,
+// and counts the result.
+inline bool check_elements(const char* name, const float* got, const float* ref, size_t n,
+                           const std::function<double(size_t)>& tol, const char* tol_text) {
     double max_abs = 0.0, max_rel = 0.0, worst_ratio = -1.0;
     size_t worst = 0, bad = 0;
     for (size_t i = 0; i < n; i++) {
         const double diff = std::fabs((double)got[i] - (double)ref[i]);
-        const double tol = atol + rtol * std::fabs((double)ref[i]);
+        const double t = tol(i);
         const double rel = diff / std::fmax(std::fabs((double)ref[i]), 1e-30);
         // A NaN or inf in got or ref makes diff NaN or inf: count it and make it the worst.
-        const bool ok = diff <= tol;
-        const double ratio = ok ? diff / std::fmax(tol, 1e-300) : INFINITY;
+        const bool ok = diff <= t;
+        const double ratio = ok ? diff / std::fmax(t, 1e-300) : INFINITY;
         if (!ok) bad++;
         if (std::isfinite(diff)) {
             max_abs = std::fmax(max_abs, diff);
@@ -170,20 +173,38 @@ inline bool check_close(const char* name, const float* got, const float* ref, si
         }
     }
     const bool ok = bad == 0 && n > 0;
-    std::printf(
-        "  %-44s n=%-10zu max_abs=%.3e max_rel=%.3e worst[%zu] got=%.8g ref=%.8g "
-        "(atol=%.1e rtol=%.1e) %s",
-        name, n, max_abs, max_rel, worst, n > 0 ? got[worst] : 0.0, n > 0 ? ref[worst] : 0.0, atol,
-        rtol, ok ? "ok" : "FAIL");
+    std::printf("  %-44s n=%-10zu max_abs=%.3e max_rel=%.3e worst[%zu] got=%.8g ref=%.8g %s %s",
+                name, n, max_abs, max_rel, worst, n > 0 ? got[worst] : 0.0,
+                n > 0 ? ref[worst] : 0.0, tol_text, ok ? "ok" : "FAIL");
     if (bad > 0) std::printf(" (%zu bad)", bad);
     std::printf("\n");
     return record_result(ok);
+}
+
+// Element i passes when |got - ref| <= atol + rtol * |ref|.
+inline bool check_close(const char* name, const float* got, const float* ref, size_t n, float atol,
+                        float rtol) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "(atol=%.1e rtol=%.1e)", atol, rtol);
+    return check_elements(
+        name, got, ref, n, [&](size_t i) { return atol + rtol * std::fabs((double)ref[i]); }, text);
 }
 inline bool check_close(const char* name, const std::vector<float>& got,
                         const std::vector<float>& ref, float atol, float rtol) {
     LLMC_CHECK(got.size() == ref.size(), "%s: sizes differ (%zu vs %zu)", name, got.size(),
                ref.size());
     return check_close(name, got.data(), ref.data(), got.size(), atol, rtol);
+}
+
+// Element i passes when |got - ref| <= bound[i]: a bound per element, which the caller derives
+// (from the magnitudes a result was summed from, for instance).
+inline bool check_within(const char* name, const std::vector<float>& got,
+                         const std::vector<float>& ref, const std::vector<double>& bound) {
+    LLMC_CHECK(got.size() == ref.size() && ref.size() == bound.size(),
+               "%s: sizes differ (%zu, %zu, %zu)", name, got.size(), ref.size(), bound.size());
+    return check_elements(
+        name, got.data(), ref.data(), got.size(), [&](size_t i) { return bound[i]; },
+        "(bound per element)");
 }
 
 // True when both byte strings are identical; prints the first differing byte otherwise.
