@@ -228,10 +228,13 @@ $(FUZZ_LIB): $(FUZZ_OBJ)
 build/fuzz/dev/%.o: dev/%.cpp build/fuzz/dev/%.d
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-# Compiled and linked in one step: -MT names the harness as the target of its .d file.
-build/fuzz/fuzz_%: dev/fuzz/fuzz_%.cpp build/fuzz/fuzz_%.d $(FUZZ_LIB)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -MF $@.d -MT $@ -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
+# Compiled and linked in one step: -MT names the harness as the target of its .d file, which
+# goes to build/fuzz/deps/ (the harness's own name is taken by the binary).
+FUZZ_DEP = build/fuzz/deps/$(notdir $(1)).d
+build/fuzz/fuzz_%: dev/fuzz/fuzz_%.cpp build/fuzz/deps/fuzz_%.d $(FUZZ_LIB)
+	@mkdir -p $(dir $@) build/fuzz/deps
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -MF $(call FUZZ_DEP,$@) -MT $@ -fsanitize=fuzzer $< \
+	  $(FUZZ_LIB) -o $@ -lpthread
 
 test: all
 	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) \
@@ -306,7 +309,7 @@ help:
 DEP_FILES := $(patsubst %.o,%.d,$(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ) $(PREPARE_DATA_OBJ) \
   $(HOSTBUILD)/dev/tools/prepare_hellaswag.o \
   $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN)) \
-  $(ARCH_CHECK_OBJ) $(FUZZ_OBJ)) $(patsubst %,%.d,$(FUZZ_BIN))
+  $(ARCH_CHECK_OBJ) $(FUZZ_OBJ)) $(foreach b,$(FUZZ_BIN),$(call FUZZ_DEP,$(b)))
 $(DEP_FILES):
 include $(wildcard $(DEP_FILES))
 

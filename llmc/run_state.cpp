@@ -6,14 +6,8 @@
 namespace llmc {
 
 RunPolicy run_policy_of(const TrainConfig& cfg) {
-    RunPolicy p;
-    p.steps = cfg.steps;
-    p.stop_after = cfg.stop_after;
-    p.checkpoint_every = cfg.checkpoint_every;
-    p.max_bad_steps = cfg.max_bad_steps;
-    p.skip_outliers = cfg.skip_outliers;
-    p.outlier_window = cfg.outlier_window;
-    return p;
+    return RunPolicy{cfg.steps,         cfg.stop_after,    cfg.checkpoint_every,
+                     cfg.max_bad_steps, cfg.skip_outliers, cfg.outlier_window};
 }
 
 float run_next_ceiling(const RunState& run, const RunPolicy& policy) {
@@ -64,14 +58,9 @@ void run_state_to_meta(const RunState& run, CheckpointMeta* meta) {
 }
 
 RunState run_state_from_meta(const CheckpointMeta& meta) {
-    RunState run;
-    run.step = meta.step;
-    run.adam_t = meta.adam_t;
-    run.bad_streak = meta.bad_streak;
-    run.bad_total = meta.bad_total;
-    run.outliers = {meta.outlier_mean, meta.outlier_sq, meta.outlier_count};
-    run.outlier_total = meta.outlier_total;
-    return run;
+    const OutlierStats outliers{meta.outlier_mean, meta.outlier_sq, meta.outlier_count};
+    return RunState{meta.step, meta.adam_t,        meta.bad_streak,     meta.bad_total,
+                    outliers,  meta.outlier_total, /*outlier_streak=*/0};
 }
 
 }  // namespace llmc

@@ -10,7 +10,8 @@
 
 namespace llmc {
 
-// What the loop carries from step to step; a checkpoint saves all of it but outlier_streak.
+// What the loop carries from step to step; a checkpoint saves all of it but outlier_streak
+// (run_state_from_meta initializes it by position).
 struct RunState {
     long long step = 0;        // optimizer steps done
     long long adam_t = 0;      // AdamW updates applied; a skipped step is not counted
@@ -21,7 +22,7 @@ struct RunState {
     long long outlier_streak = 0;  // ... in a row, ending at `step` (not saved)
 };
 
-// The options the decisions read.
+// The options the decisions read (in this order: run_policy_of initializes it by position).
 struct RunPolicy {
     long long steps = 0;             // -x: the last step
     long long stop_after = 0;        // --stop-after (0: none)

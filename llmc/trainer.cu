@@ -350,37 +350,38 @@ bool run_between_steps(Trainer* tr, int step, StepRecord* rec) {
 // The warning for a skipped step, and the error when the run gives up on it (returns false).
 bool report_skipped(const Trainer& tr, const StepRecord& rec, const StepOutcome& out,
                     float ceiling) {
+    if (out.verdict == StepVerdict::kApplied) return true;
     const TrainConfig& tc = *tr.tc;
     const RunState& run = tr.run;
-    if (out.verdict == StepVerdict::kOutlier) {
+    const bool outlier = out.verdict == StepVerdict::kOutlier;
+    if (outlier) {
         std::fprintf(stderr,
                      "warning: step %d's gradient norm %.4f is above the outlier ceiling %.4f "
                      "(--skip-outliers %g); its update was skipped (%lld in a row, %lld in "
                      "all)\n",
                      (int)rec.step, rec.norm, std::sqrt(ceiling), tc.skip_outliers,
                      run.outlier_streak, run.outlier_total);
-        if (!out.give_up) return true;
+    } else {
+        std::fprintf(stderr,
+                     "warning: step %d has a non-finite loss or gradient norm; its update "
+                     "was skipped (%lld in a row, %lld in all)\n",
+                     (int)rec.step, run.bad_streak, run.bad_total);
+    }
+    if (!out.give_up) return true;
+    if (outlier) {
         std::fprintf(stderr,
                      "error: %lld steps in a row were skipped as outliers (--max-bad-steps "
                      "%d): the gradient norm has moved, not spiked; raise --skip-outliers "
                      "or resume without it.\n",
                      run.outlier_streak, tc.max_bad_steps);
-        return false;
-    }
-    if (out.verdict == StepVerdict::kNotFinite) {
-        std::fprintf(stderr,
-                     "warning: step %d has a non-finite loss or gradient norm; its update "
-                     "was skipped (%lld in a row, %lld in all)\n",
-                     (int)rec.step, run.bad_streak, run.bad_total);
-        if (!out.give_up) return true;
+    } else {
         std::fprintf(stderr,
                      "error: %lld steps in a row had a non-finite loss or gradient norm "
                      "(--max-bad-steps %d): stopping without a checkpoint; lower the "
                      "learning rate or resume from the last good checkpoint.\n",
                      run.bad_streak, tc.max_bad_steps);
-        return false;
     }
-    return true;
+    return false;
 }
 
 // Whether the run stops after `step` (on every rank alike), and the checkpoint that is due then.

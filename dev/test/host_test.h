@@ -1,6 +1,7 @@
 // host_test.h: what the host tests (dev/test/test_*.cpp) share.
 //   check(ok, fmt, ...)  counts a pass or a failure and prints one line: "ok   ..." or "FAIL ..."
 //   g_passed, g_failed   the counts, for the test's closing "N passed, M failed" line
+//   host_test_summary(n) prints that line and returns main's exit code
 //   read_bytes(path)     a whole file (empty when it cannot be read)
 //   write_bytes(path, b) writes a scratch file, exits 2 when it cannot (the test itself broke)
 //   expect_refusal(...)  runs a reader that must refuse a file with one sentence naming it
@@ -26,6 +27,12 @@ inline void check(bool ok, const char* fmt, ...) {
     std::vprintf(fmt, args);
     va_end(args);
     std::printf("\n");
+}
+
+// "NAME: N passed, M failed"; 0 when nothing failed, else 1.
+inline int host_test_summary(const char* name) {
+    std::printf("%s: %d passed, %d failed\n", name, g_passed, g_failed);
+    return g_failed == 0 ? 0 : 1;
 }
 
 inline std::vector<char> read_bytes(const std::string& path) {

@@ -18,14 +18,8 @@ namespace {
 const float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-RunPolicy policy(long long max_bad, double z) {
-    RunPolicy p;
-    p.steps = 100;
-    p.max_bad_steps = max_bad;
-    p.skip_outliers = z;
-    p.outlier_window = 10;
-    return p;
-}
+// -x 100, no --stop-after, checkpoints at the end only, --outlier-window 10.
+RunPolicy policy(long long max_bad, double z) { return RunPolicy{100, 0, 0, max_bad, z, 10}; }
 
 void test_policy_of() {
     TrainConfig tc;
@@ -184,6 +178,5 @@ int main() {
     test_outliers();
     test_stop_and_checkpoints();
     test_meta_round_trip();
-    std::printf("test_run_state: %d passed, %d failed\n", g_passed, g_failed);
-    return g_failed == 0 ? 0 : 1;
+    return host_test_summary("test_run_state");
 }
