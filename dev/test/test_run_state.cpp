@@ -6,7 +6,11 @@
 // Ends with "test_run_state: N passed, M failed"; exits 1 on any failure.
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "host_test.h"
 #include "run_state.h"
@@ -21,14 +25,17 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 // -x 100, no --stop-after, checkpoints at the end only, --outlier-window 10.
 RunPolicy policy(long long max_bad, double z) { return RunPolicy{100, 0, 0, max_bad, z, 10}; }
 
+// The options from a command line, through the trainer's parser (-o: --checkpoint-every needs
+// one; nothing is written).
 void test_policy_of() {
+    std::istringstream line(
+        "train_gpt2cu -i x -o /nonexistent/run -x 77 --stop-after 40 --checkpoint-every 25 "
+        "--max-bad-steps 3 --skip-outliers 2.5 --outlier-window 50");
+    std::vector<std::string> words{std::istream_iterator<std::string>(line), {}};
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(&w[0]);
     TrainConfig tc;
-    tc.steps = 77;
-    tc.stop_after = 40;
-    tc.checkpoint_every = 25;
-    tc.max_bad_steps = 3;
-    tc.skip_outliers = 2.5f;
-    tc.outlier_window = 50;
+    parse_train_args((int)argv.size(), argv.data(), &tc);
     const RunPolicy p = run_policy_of(tc);
     check(p.steps == 77 && p.stop_after == 40 && p.checkpoint_every == 25 && p.max_bad_steps == 3 &&
               p.skip_outliers == 2.5 && p.outlier_window == 50,
