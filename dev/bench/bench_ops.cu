@@ -1,7 +1,7 @@
 // bench_ops.cu: every memory-bound launcher of llmc/ against the device's measured copy
 // bandwidth, at GPT-2 d12 training shapes.
 //
-//   build/<prec>/dev/bench_ops [--runs N] [--classifier-rows R]
+//   build/<prec>/dev/bench/bench_ops [--runs N] [--classifier-rows R]
 //
 // Shapes: B=64, T=1024 (N = B*T = 65536 rows), C=768, V=50257, Vp=50304, all 124,475,904
 // parameters of d12 (16 tensors) for AdamW and the global norm; the fused classifier runs on R

@@ -6,7 +6,7 @@
 # Stages, in this order (default: all):
 #   build     builds only what is missing (binaries carried in from a build machine for sm_90
 #             are used as they are): the default precision's test_gpt2cu and per-op tests,
-#             build/{bf16,fp32}/train_gpt2cu, build/{bf16,fp32}/dev/bench_ops,
+#             build/{bf16,fp32}/train_gpt2cu, build/{bf16,fp32}/dev/bench/bench_ops,
 #             build/bf16/dev/bench/bench_attention (when dev/bench/bench_attention.cu exists). Always runs.
 #   dumps     PyTorch reference dumps: the small awkward config and GPT-2 d12 (B=4 T=64)
 #   tests     every per-op test of the default build; test_gpt2cu on both dumps, graphs on/off
@@ -176,8 +176,8 @@ fi
 # --- tests.
 if want tests; then
     stage tests
-    for t in build/"$DEF"/dev/test_*; do
-        [[ "$t" == *.o ]] || step "$(basename "$t")" "$t"
+    for t in build/"$DEF"/dev/test/test_*; do
+        [[ "$t" == *.o || "$t" == *.d ]] || step "$(basename "$t")" "$t"
     done
     dump_small
     for g in 1 0; do
