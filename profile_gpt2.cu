@@ -4,8 +4,8 @@
 //   ./profile_gpt2cu [-e d12] [-b 4] [-t 1024] [--steps 3] [--graph 0|1]   (--help lists them)
 //   ./profile_gpt2cu --trace N [--graph 1] [--csv PATH] [--peak-tflops X] [--label NAME] ...
 //
-// --trace N: where the step's time goes, without nsys (scripts/step_profile.sh runs it). After
-// warm-up, N steps are timed as the trainer times them (CUDA events around the launch) with
+// --trace N: where the step's time goes, without nsys (scripts/bench/step_profile.sh runs it).
+// After warm-up, N steps are timed as the trainer times them (CUDA events around the launch) with
 // nothing traced; then CUPTI (step_trace.cuh) records every kernel, memcpy and memset of N more
 // steps (the graph captured again with tracing on), and for each step the report gives the wall
 // time, the busy time (union of the records), the idle time (wall - busy), the largest gaps with
@@ -13,7 +13,7 @@
 // through the project's matmul measures cuBLASLt's peak on this GPU, against which the step's
 // model FLOPs (gpt2_flops_per_token) give the GEMM-bound limit of the step and the share of it
 // the untraced step reaches. --csv PATH writes every record of the traced steps. The last line
-// ("result | ...") is the one-line summary scripts/step_profile.sh collects.
+// ("result | ...") is the one-line summary scripts/bench/step_profile.sh collects.
 //
 // Nsight Systems (timeline with the NVTX ranges step / forward / backward / optimizer / layer):
 //   nsys profile -t cuda,nvtx -o gpt2_d12 ./profile_gpt2cu --graph 0
@@ -29,7 +29,9 @@
 #include "gpt2.cuh"
 #include "matmul.cuh"
 #include "model_init.h"
+#include "optimizer.cuh"
 #include "step_trace.cuh"
+#include "train_step.cuh"
 
 using namespace llmc;
 
@@ -86,16 +88,16 @@ double median(std::vector<double> v) {
 
 // One step as the trainer runs it: the step values, the launch between two events, the wait.
 // Returns the events' milliseconds.
-double timed_step(const Context& ctx, GPT2* model, bool graph, int step, cudaEvent_t start,
+double timed_step(const Context& ctx, TrainStep* s, bool graph, int step, cudaEvent_t start,
                   cudaEvent_t stop) {
-    model->io.step_values->lr = 1e-4f;
-    model->io.step_values->step = step;
-    CUDA_CHECK(cudaEventRecord(start, ctx.stream));
-    gpt2_step(ctx, model, graph);
-    CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
+    s->io.step_values->lr = 1e-4f;
+    s->io.step_values->step = step;
+    LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+    train_step_run(ctx, s, graph);
+    LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    LLMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     return ms;
 }
 
@@ -115,38 +117,38 @@ double measure_gemm_peak(const Context& ctx) {
     for (int S : {8192, 16384}) {
         const size_t n = (size_t)S * S;
         floatX *a = nullptr, *b = nullptr, *c = nullptr;
-        CUDA_CHECK(cudaMalloc(&a, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&b, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&c, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&a, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&b, n * sizeof(floatX)));
+        LLMC_CUDA_CHECK(cudaMalloc(&c, n * sizeof(floatX)));
         fill_hash_kernel<<<1024, 256, 0, ctx.stream>>>(a, n, 1u);
         fill_hash_kernel<<<1024, 256, 0, ctx.stream>>>(b, n, 2u);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
         auto gemm = [&] {
             matmul_strided_batched(ctx, c, a, b, S, S, S, false, false, S, S, S, 0, 0, 0, 1, 1.0f,
                                    0.0f);
         };
         for (int i = 0; i < 3; i++) gemm();  // the plan, the autotuning, warm clocks
         cudaEvent_t start, stop;
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
+        LLMC_CUDA_CHECK(cudaEventCreate(&start));
+        LLMC_CUDA_CHECK(cudaEventCreate(&stop));
         std::vector<double> tflops;
         for (int i = 0; i < 10; i++) {
-            CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+            LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
             gemm();
-            CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-            CUDA_CHECK(cudaEventSynchronize(stop));
+            LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+            LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
             float ms = 0.0f;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            LLMC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
             tflops.push_back(2.0 * S * (double)S * S / (ms * 1e-3) / 1e12);
         }
         const double med = median(tflops);
         std::printf("cuBLASLt %dx%dx%d: median %.1f TFLOP/s over 10 runs\n", S, S, S, med);
         best = std::max(best, med);
-        CUDA_CHECK(cudaEventDestroy(start));
-        CUDA_CHECK(cudaEventDestroy(stop));
-        CUDA_CHECK(cudaFree(a));
-        CUDA_CHECK(cudaFree(b));
-        CUDA_CHECK(cudaFree(c));
+        LLMC_CUDA_CHECK(cudaEventDestroy(start));
+        LLMC_CUDA_CHECK(cudaEventDestroy(stop));
+        LLMC_CUDA_CHECK(cudaFree(a));
+        LLMC_CUDA_CHECK(cudaFree(b));
+        LLMC_CUDA_CHECK(cudaFree(c));
     }
     return best;
 }
@@ -159,33 +161,33 @@ double matmul_flops_per_token(const GPT2Config& cfg) {
 }
 
 // The traced run: see the file comment.
-void trace_steps(const Context& ctx, GPT2* model, const ProfileOptions& o) {
+void trace_steps(const Context& ctx, TrainStep* s, const ProfileOptions& o) {
     const bool graph = o.graph != 0;
     cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
+    LLMC_CUDA_CHECK(cudaEventCreate(&start));
+    LLMC_CUDA_CHECK(cudaEventCreate(&stop));
     int step = 1;
     // The eager step (plans, autotuning), the capture, the warm-up replays.
-    for (int i = 0; i < 2 + o.warmup; i++) timed_step(ctx, model, graph, step++, start, stop);
+    for (int i = 0; i < 2 + o.warmup; i++) timed_step(ctx, s, graph, step++, start, stop);
     std::vector<double> untraced;
     for (int i = 0; i < o.trace; i++) {
-        untraced.push_back(timed_step(ctx, model, graph, step++, start, stop));
+        untraced.push_back(timed_step(ctx, s, graph, step++, start, stop));
     }
 
     StepTracer tracer;
     std::string why;
     LLMC_CHECK(tracer.start(&why), "%s.", why.c_str());
     // The graph captured and instantiated again with tracing on, then replayed once.
-    gpt2_reset_graph(model);
-    for (int i = 0; i < 2; i++) timed_step(ctx, model, graph, step++, start, stop);
+    train_step_reset_graph(s);
+    for (int i = 0; i < 2; i++) timed_step(ctx, s, graph, step++, start, stop);
     std::vector<uint64_t> begin, end;
     std::vector<double> walls;
     for (int i = 0; i < o.trace; i++) {
         begin.push_back(tracer.timestamp());
-        walls.push_back(timed_step(ctx, model, graph, step++, start, stop));
+        walls.push_back(timed_step(ctx, s, graph, step++, start, stop));
         end.push_back(tracer.timestamp());
     }
-    CUDA_CHECK(cudaDeviceSynchronize());
+    LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     size_t dropped = 0;
     const std::vector<TraceRecord> all = tracer.stop(&dropped);
     std::vector<std::vector<TraceRecord>> steps;
@@ -209,8 +211,8 @@ void trace_steps(const Context& ctx, GPT2* model, const ProfileOptions& o) {
 
     // The GEMM-bound limit: the step's model FLOPs at cuBLASLt's measured peak.
     const double peak = o.peak_tflops > 0 ? o.peak_tflops : measure_gemm_peak(ctx);
-    const double tokens = (double)model->B * model->T;
-    const double flops = gpt2_flops_per_token(model->cfg, model->T) * tokens;
+    const double tokens = (double)s->B * s->T;
+    const double flops = gpt2_flops_per_token(s->model->cfg, s->T) * tokens;
     const double limit_ms = flops / (peak * 1e12) * 1e3;
     const double step_ms = median(untraced);
     std::printf(
@@ -227,7 +229,7 @@ void trace_steps(const Context& ctx, GPT2* model, const ProfileOptions& o) {
         idle += a.idle_ms / analyses.size();
         records += (double)a.records / analyses.size();
     }
-    const double mm_tflop = matmul_flops_per_token(model->cfg) * tokens / 1e12;
+    const double mm_tflop = matmul_flops_per_token(s->model->cfg) * tokens / 1e12;
     std::printf(
         "GEMM kernels: %.2f ms a step for the model's %.2f TFLOP of matrix products: %.1f "
         "TFLOP/s, %.1f%% of that peak.\n",
@@ -236,10 +238,10 @@ void trace_steps(const Context& ctx, GPT2* model, const ProfileOptions& o) {
     std::printf(
         "\nresult | %s | %s B=%d T=%d | %.3f | %.3f | %.3f | %.3f | %.2f | %.0f | %.1f | "
         "%.1f |\n",
-        o.label.c_str(), o.preset.c_str(), model->B, model->T, step_ms, traced, busy, idle,
+        o.label.c_str(), o.preset.c_str(), s->B, s->T, step_ms, traced, busy, idle,
         100.0 * idle / traced, records, peak, 100.0 * limit_ms / step_ms);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    LLMC_CUDA_CHECK(cudaEventDestroy(start));
+    LLMC_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace
@@ -255,9 +257,14 @@ int main(int argc, char** argv) {
     gpt2_init_random(cfg, 1337, &params);
     Context ctx;
     context_init(&ctx, 0, true);
+    train_check_memory(ctx, cfg, o.B, o.T, 1, GPT2Options(), 1);
     GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, o.B, o.T, 1,
-                AdamWHyper{0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1337});
+    gpt2_create(ctx, &model, cfg, params, o.B, o.T);
+    AdamW opt;
+    optimizer_create(ctx, &opt, model.layout, params,
+                     AdamWHyper{0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1337});
+    TrainStep step;
+    train_step_create(&step, &model, &opt, 1);
     std::printf("profile_gpt2cu: %s, %s B=%d T=%d, %s build, graph %d\nswitches: %s\n",
                 ctx.props.name, o.preset.c_str(), o.B, o.T, kPrecisionName, o.graph,
                 context_overlap_summary(ctx).c_str());
@@ -265,18 +272,18 @@ int main(int argc, char** argv) {
     uint32_t x = 12345;
     for (size_t i = 0; i < (size_t)2 * o.B * o.T; i++) {
         x = x * 1664525u + 1013904223u;
-        model.io.tokens[i] = (int)((x >> 8) % (uint32_t)cfg.vocab_size);
+        step.io.tokens[i] = (int)((x >> 8) % (uint32_t)cfg.vocab_size);
     }
     if (o.trace > 0) {
-        trace_steps(ctx, &model, o);
+        trace_steps(ctx, &step, o);
         return 0;
     }
     for (int s = 1; s <= o.steps; s++) {
-        model.io.step_values->lr = 1e-4f;
-        model.io.step_values->step = s;
-        gpt2_step(ctx, &model, o.graph != 0);
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-        std::printf("step %d loss %.6f\n", s, model.io.results[0]);
+        step.io.step_values->lr = 1e-4f;
+        step.io.step_values->step = s;
+        train_step_run(ctx, &step, o.graph != 0);
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        std::printf("step %d loss %.6f\n", s, step.io.results[0]);
     }
     return 0;
 }

@@ -19,8 +19,8 @@
 // bounds are a multiple of PyTorch's own bf16 autocast error on the same batch (the dump's
 // trailer, version 2 or 3); the fp32 build's are fixed with TF32 off and a multiple of PyTorch's
 // TF32 error with TF32 on (trailer version 3; derived from the autocast error for version 2).
-// Files come from scripts/train_gpt2.py --write-model --write-state.
-// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test_device.h).
+// Files come from scripts/ref/train_gpt2.py --write-model --write-state.
+// Without a GPU to test it exits 77 with "SKIP <reason>" (dev/test/test_device.h).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -28,13 +28,16 @@
 
 #include "cli.h"
 #include "gpt2.cuh"
-#include "test_device.h"
+#include "gpt2_eval.cuh"
+#include "optimizer.cuh"
+#include "test/test_device.h"
+#include "train_step.cuh"
 
 using namespace llmc;
 
 namespace {
 
-// Tolerances. The reference is PyTorch's run in float64 (scripts/train_gpt2.py --state-dtype,
+// Tolerances. The reference is PyTorch's run in float64 (scripts/ref/train_gpt2.py --state-dtype,
 // trailer version 3; in older dumps fp32 with TF32 off): the errors below are ours against it.
 #if defined(ENABLE_BF16)
 // The bf16 build is judged against PyTorch's own bf16 error: the dump's trailer (version 2 or 3)
@@ -90,7 +93,7 @@ constexpr double kStepLossTol = 5e-4;
 // linear layers, the lm-head and attention's Q K^T and P V, forward and backward) to TF32's
 // 10-bit mantissa and keeps everything else in fp32, as this build does, so the same rounding
 // events of the same size happen on both sides: expect ours ~1x PyTorch's. Measured on the CPU
-// with two emulations of that (scripts/train_gpt2.py's, inputs rounded to nearest, summed in
+// with two emulations of that (scripts/ref/train_gpt2.py's, inputs rounded to nearest, summed in
 // fp32 or in fp64) against a float64 reference, 8 configs (L 1-4, NH 1-5, HS 64, B 1-5, T 1-101):
 // the second's error over the first's was 1.00 on the logits, 0.89-1.06 on the 16 gradients,
 // 0.69-1.75 on the step losses. 4 is the bf16 build's margin (the later step losses get more,
@@ -110,11 +113,11 @@ constexpr double kTf32K = 4.0;
 // kTf32KSteps = 12 for the losses after AdamW steps 1..9 (step 0's loss keeps kTf32K), as
 // kBf16KSteps for bf16: a step loss after k updates is one sample of a trajectory that every
 // rounding change perturbs, so one batch's baseline is a noisy yardstick. Measured on an H100 in
-// the shape sweep (scripts/test_shapes.sh; docs/results.md): on the reviewer's L=4 NH=5 C=320 B=3
-// T=333 batch our later step losses were 7.7x PyTorch's TF32 error while every gradient stayed at
-// 0.24 of its bound, and on the same batch PyTorch's own TF32 step-loss error measured with cuBLAS
-// was 0.21x the one of the CPU's TF32 emulation: two valid TF32 computations of one batch differ
-// by ~5x there. 12 keeps a margin of 1.5 over the worst measured; the gradients and logits,
+// the shape sweep (scripts/test/test_shapes.sh; docs/results.md): on the reviewer's L=4 NH=5 C=320
+// B=3 T=333 batch our later step losses were 7.7x PyTorch's TF32 error while every gradient stayed
+// at 0.24 of its bound, and on the same batch PyTorch's own TF32 step-loss error measured with
+// cuBLAS was 0.21x the one of the CPU's TF32 emulation: two valid TF32 computations of one batch
+// differ by ~5x there. 12 keeps a margin of 1.5 over the worst measured; the gradients and logits,
 // which do not compound, keep 4.
 constexpr double kTf32KSteps = 12.0;
 constexpr double kUnitRoundoffRatio = 1.0 / 8.0;  // 2^-11 (TF32) / 2^-8 (bf16)
@@ -134,7 +137,7 @@ Options parse(int argc, char** argv) {
     p.usage = "test_gpt2cu --model MODEL.bin --state DEBUG_STATE.bin [options]";
     p.about =
         "Compares logits, loss, every gradient and the AdamW step losses with a PyTorch dump "
-        "(scripts/train_gpt2.py --write-model --write-state).";
+        "(scripts/ref/train_gpt2.py --write-model --write-state).";
     p.options = {
         cli::option("--model", "MODEL.bin", "model", &o.model, "the model file of the dump")
             .must_be_given("--model and --state are required: the dump's model and state files"),
@@ -155,7 +158,7 @@ struct Tally {
     void record(bool ok) { ok ? passed++ : failed++; }
 };
 
-// Worst error / bound ratio seen per quantity (the summary line scripts/test_shapes.sh reads).
+// Worst error / bound ratio seen per quantity (the summary line scripts/test/test_shapes.sh reads).
 struct Worst {
     double logits = 0, loss = 0, grads = 0, steps = 0;
 };
@@ -218,7 +221,7 @@ Bounds tf32_bounds(const DebugState& st, const std::string& path) {
         LLMC_CHECK(st.has_baseline,
                    "debug state '%s' has no PyTorch baselines (trailer version %d); the fp32 "
                    "test with --tf32 1 sets its bounds from PyTorch's TF32 error, so rewrite the "
-                   "dump with this checkout's scripts/train_gpt2.py --write-state (or use "
+                   "dump with this checkout's scripts/ref/train_gpt2.py --write-state (or use "
                    "--tf32 0).",
                    path.c_str(), st.trailer_version);
         scale = kUnitRoundoffRatio;
@@ -249,7 +252,7 @@ Bounds make_bounds(const DebugState& st, const std::string& path, bool tf32) {
     LLMC_CHECK(st.has_baseline,
                "debug state '%s' has no bf16 autocast baselines (trailer version %d); the bf16 "
                "test sets its bounds from them, so rewrite the dump with this checkout's "
-               "scripts/train_gpt2.py --write-state.",
+               "scripts/ref/train_gpt2.py --write-state.",
                path.c_str(), st.trailer_version);
     b.base_name = "torch-bf16";
     b.base_logits = st.base_logits;
@@ -286,6 +289,25 @@ GPT2Options model_options(int recompute, size_t N) {
     return o;
 }
 
+// A model with its AdamW and its one-micro-step training step, the dump's batch in the step's
+// token buffer.
+struct Training {
+    GPT2 model;
+    AdamW opt;
+    TrainStep step;
+};
+
+void make_training(const Context& ctx, Training* t, const GPT2Config& cfg,
+                   const std::vector<float>& params, const DebugState& st, const AdamWHyper& hyper,
+                   int recompute) {
+    const size_t N = (size_t)st.B * st.T;
+    gpt2_create(ctx, &t->model, cfg, params, st.B, st.T, model_options(recompute, N));
+    optimizer_create(ctx, &t->opt, t->model.layout, params, hyper);
+    train_step_create(&t->step, &t->model, &t->opt, 1);
+    std::memcpy(t->step.io.tokens, st.x.data(), N * sizeof(int));
+    std::memcpy(t->step.io.tokens + N, st.y.data(), N * sizeof(int));
+}
+
 // Builds the model with another recompute mode, runs one step on the same batch and compares
 // its gradients with `ref` (from mode `ref_recompute`). The forward is the same in every mode
 // and the recomputed layernorm outputs are the forward's kernel on the forward's inputs, so
@@ -303,17 +325,14 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
                                const std::vector<float>& params, const DebugState& st,
                                const AdamWHyper& hyper, int recompute, int ref_recompute,
                                bool graph, const std::vector<float>& ref) {
-    const size_t N = (size_t)st.B * st.T;
-    GPT2 model;
-    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
-    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
-    model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-    model.io.step_values->step = 1;
-    gpt2_step(ctx, &model, graph);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    Training t;
+    make_training(ctx, &t, cfg, params, st, hyper, recompute);
+    t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+    t.step.io.step_values->step = 1;
+    train_step_run(ctx, &t.step, graph);
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     std::vector<float> grads;
-    gpt2_download_grads(ctx, model, &grads);
+    gpt2_download_grads(ctx, t.model, &grads);
     LLMC_CHECK(grads.size() == ref.size(), "gradient count differs between recompute modes");
     const bool gelu_differs = (recompute >= 1) != (ref_recompute >= 1);
     const ParamLayout lay = param_layout(cfg);
@@ -364,20 +383,17 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
     ctx->layernorm_backward_variant = on ? 1 : 0;
     ctx->classifier_variant = on ? 1 : 0;
     const std::string flipped = context_overlap_summary(*ctx);
-    const size_t N = (size_t)st.B * st.T;
     std::vector<float> grads, losses;
     {
-        GPT2 model;
-        gpt2_create(*ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(recompute, N));
-        std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-        std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
+        Training t;
+        make_training(*ctx, &t, cfg, params, st, hyper, recompute);
         for (size_t k = 0; k < ref_losses.size(); k++) {
-            model.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-            model.io.step_values->step = (int)k + 1;
-            gpt2_step(*ctx, &model, graph);
-            CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
-            losses.push_back(model.io.results[0]);
-            if (k == 0) gpt2_download_grads(*ctx, model, &grads);
+            t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+            t.step.io.step_values->step = (int)k + 1;
+            train_step_run(*ctx, &t.step, graph);
+            LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+            losses.push_back(t.step.io.results[0]);
+            if (k == 0) gpt2_download_grads(*ctx, t.model, &grads);
         }
     }
     context_set_overlap(ctx, branches, pdl);
@@ -413,20 +429,17 @@ struct StepRun {
     std::vector<float> step_losses, grads, params;
 };
 
-void run_steps(const Context& ctx, GPT2* model, const DebugState& st, bool graph, StepRun* out) {
-    const size_t N = (size_t)st.B * st.T;
-    std::memcpy(model->io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model->io.tokens + N, st.y.data(), N * sizeof(int));
+void run_steps(const Context& ctx, Training* t, const DebugState& st, bool graph, StepRun* out) {
     out->step_losses.clear();
     for (int k = 0; k < std::max(1, st.n_steps); k++) {
-        model->io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-        model->io.step_values->step = k + 1;
-        gpt2_step(ctx, model, graph);
-        CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-        out->step_losses.push_back(model->io.results[0]);
-        if (k == 0) gpt2_download_grads(ctx, *model, &out->grads);
+        t->step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+        t->step.io.step_values->step = k + 1;
+        train_step_run(ctx, &t->step, graph);
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        out->step_losses.push_back(t->step.io.results[0]);
+        if (k == 0) gpt2_download_grads(ctx, t->model, &out->grads);
     }
-    gpt2_download_params(ctx, *model, &out->params);
+    gpt2_download_params(ctx, t->model, &out->params);
 }
 
 // Two runs of one command must give the same bits, autotuning included: the AdamW steps again in
@@ -438,11 +451,10 @@ bool same_bits_in_fresh_context(const GPT2Config& cfg, const std::vector<float>&
     Context fresh;
     context_init(&fresh, 0, tf32);
     fresh.autotune = autotune;
-    GPT2 model;
-    gpt2_create(fresh, &model, cfg, params, st.B, st.T, 1, hyper,
-                model_options(recompute, (size_t)st.B * st.T));
+    Training t;
+    make_training(fresh, &t, cfg, params, st, hyper, recompute);
     StepRun again;
-    run_steps(fresh, &model, st, graph, &again);
+    run_steps(fresh, &t, st, graph, &again);
     const bool losses = again.step_losses.size() == first.step_losses.size() &&
                         std::memcmp(again.step_losses.data(), first.step_losses.data(),
                                     first.step_losses.size() * sizeof(float)) == 0;
@@ -506,12 +518,10 @@ int main(int argc, char** argv) {
     }
 #endif
     AdamWHyper hyper{st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_clip, kRoundingSeed};
-    GPT2 model;
+    Training t;
     const size_t N = (size_t)st.B * st.T;
-    gpt2_create(ctx, &model, cfg, params, st.B, st.T, 1, hyper, model_options(opt.recompute, N));
+    make_training(ctx, &t, cfg, params, st, hyper, opt.recompute);
     const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-    std::memcpy(model.io.tokens, st.x.data(), N * sizeof(int));
-    std::memcpy(model.io.tokens + N, st.y.data(), N * sizeof(int));
     Tally tally;
     Worst worst;
     double ratio = 0.0;
@@ -519,12 +529,16 @@ int main(int argc, char** argv) {
     // 1. Forward: logits (first V of each Vp row) and loss.
     // The model keeps one chunk of logits: every chunk is copied out into d_logits.
     floatX* d_logits = nullptr;
-    CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
-    const float loss0 = gpt2_eval_loss(ctx, &model, d_logits);
+    LLMC_CUDA_CHECK(cudaMalloc(&d_logits, N * Vp * sizeof(floatX)));
+    EvalIO eval_io;
+    eval_io_create(&eval_io, st.B, st.T);
+    std::memcpy(eval_io.inputs(), st.x.data(), N * sizeof(int));
+    std::memcpy(eval_io.targets(), st.y.data(), N * sizeof(int));
+    const float loss0 = gpt2_eval_loss(ctx, &t.model, &eval_io, d_logits);
     std::vector<floatX> logits_x(N * Vp);
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaMemcpy(logits_x.data(), d_logits, N * Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d_logits));
+    LLMC_CUDA_CHECK(cudaFree(d_logits));
     std::vector<float> logits(N * V);
     for (size_t r = 0; r < N; r++)
         for (int v = 0; v < V; v++) logits[r * V + v] = to_float(logits_x[r * Vp + v]);
@@ -543,7 +557,7 @@ int main(int argc, char** argv) {
 
     // 2. Training steps: gradients of the first (read after it; the update does not touch them).
     StepRun run;
-    run_steps(ctx, &model, st, opt.graph != 0, &run);
+    run_steps(ctx, &t, st, opt.graph != 0, &run);
     const ParamLayout lay = param_layout(cfg);
     for (int i = 0; i < kNumParamTensors; i++) {
         tally.record(compare(kParamNames[i], run.grads.data() + lay.offsets[i],

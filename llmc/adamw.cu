@@ -29,6 +29,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -114,8 +116,8 @@ __device__ __forceinline__ float weight_decay_of(const AdamWTensors& t, float we
 
 // One element's update; p, m, v in and out. Every operation is an explicit round-to-nearest
 // intrinsic, so the compiler cannot contract them into FMAs differently in the whole-buffer and
-// the ZeRO-1 kernel: both give the same bits (dev/test_adamw_sharded found a 1-ulp difference in
-// the master weights on an H200 when this was plain arithmetic).
+// the ZeRO-1 kernel: both give the same bits (dev/test/test_adamw_sharded found a 1-ulp difference
+// in the master weights on an H200 when this was plain arithmetic).
 __device__ __forceinline__ void adamw_element(float& p, float& m, float& v, float grad, float wd,
                                               const AdamWHyper& h, const StepConstants& c) {
     const float g = __fmul_rn(grad, c.grad_scale);
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kThreads)
                          float* __restrict__ m,             // (local)
                          float* __restrict__ v,             // (local)
                          const floatX* __restrict__ grads,  // (whole buffer)
-                         llmc::ShardMap map, AdamWHyper hyper,
+                         llmc::ChunkMap map, AdamWHyper hyper,
                          const AdamWStepValues* __restrict__ step_values,  // (1)
                          const float* __restrict__ norm_squared) {         // (1) or null
     pdl_wait();
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kVec, bool kMaster>
 void launch_adamw_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
-                          const floatX* grads, const llmc::ShardMap& map, const AdamWHyper& hyper,
+                          const floatX* grads, const llmc::ChunkMap& map, const AdamWHyper& hyper,
                           const AdamWStepValues* step_values, const float* norm_squared) {
     const size_t wanted = (map.local_total() / kVec + kThreads - 1) / kThreads;
     const size_t cap = (size_t)kBlocksPerSm * ctx_num_sms(ctx);
@@ -329,12 +331,12 @@ void adamw_update(const Context& ctx, floatX* params, float* master, float* m, f
 }
 
 void adamw_update_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
-                          const floatX* grads, const llmc::ShardMap& map, const AdamWHyper& hyper,
+                          const floatX* grads, const llmc::ChunkMap& map, const AdamWHyper& hyper,
                           const AdamWStepValues* step_values, const float* norm_squared) {
     NvtxRange range("adamw_update_sharded");
-    LLMC_CHECK(map.count >= 1 && map.count <= llmc::kShardMaxTensors,
+    LLMC_CHECK(map.count >= 1 && map.count <= llmc::kChunkMaxTensors,
                "adamw_update_sharded: tensor count %d is outside [1, %d]", map.count,
-               llmc::kShardMaxTensors);
+               llmc::kChunkMaxTensors);
     LLMC_CHECK(params != nullptr && m != nullptr && v != nullptr && grads != nullptr &&
                    step_values != nullptr,
                "adamw_update_sharded: params, m, v, grads and step_values must all be given");
@@ -367,3 +369,5 @@ void adamw_update_sharded(const Context& ctx, floatX* params, float* master, flo
         }
     }
 }
+
+}  // namespace llmc

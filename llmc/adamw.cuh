@@ -23,9 +23,11 @@
 #pragma once
 #include <cmath>
 
+#include "chunk_map.h"
 #include "context.cuh"
 #include "precision.cuh"
-#include "shard_map.h"
+
+namespace llmc {
 
 constexpr int kAdamWMaxTensors = 16;
 
@@ -54,11 +56,13 @@ void adamw_update(const Context& ctx, floatX* params, float* master, float* m, f
                   const floatX* grads, const AdamWTensors& tensors, const AdamWHyper& hyper,
                   const AdamWStepValues* step_values, const float* norm_squared);
 
-// ZeRO stage 1: the same update on the parameters one rank owns (llmc::ShardMap). master, m, v
-// hold map.local_total() elements, the rank's chunks concatenated; params and grads are the whole
-// buffers, read and written at the chunks' global indices only. Weight decay per tensor from
-// map.decayed. The stochastic rounding draws its bits from the GLOBAL index, so every element
-// gets the value adamw_update would give it, whatever the world size.
+// The same update on some of the parameters (llmc::ChunkMap; ZeRO-1: the chunks one rank owns).
+// master, m, v hold map.local_total() elements, the chunks concatenated; params and grads are
+// the whole buffers, read and written at the chunks' global indices only. Weight decay per
+// tensor from map.decayed. The stochastic rounding draws its bits from the GLOBAL index, so every
+// element gets the value adamw_update would give it, whatever the chunks.
 void adamw_update_sharded(const Context& ctx, floatX* params, float* master, float* m, float* v,
-                          const floatX* grads, const llmc::ShardMap& map, const AdamWHyper& hyper,
+                          const floatX* grads, const llmc::ChunkMap& map, const AdamWHyper& hyper,
                           const AdamWStepValues* step_values, const float* norm_squared);
+
+}  // namespace llmc

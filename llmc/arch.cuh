@@ -7,6 +7,8 @@
 // code of all but one a host that chose for another, so it is refused here.
 #pragma once
 
+namespace llmc {
+
 #ifndef LLMC_CUDA_ARCH
 #error "LLMC_CUDA_ARCH is not defined: build with the Makefile (make GPU_ARCH=sm_XX), which sets it"
 #endif
@@ -66,3 +68,5 @@ constexpr int build_arch_for(int cc) {
     }
     return best;
 }
+
+}  // namespace llmc

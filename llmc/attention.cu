@@ -37,6 +37,8 @@
 #include "matmul.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kRowsPerBlock = 8;       // one warp per score row, 8 warps per block
@@ -216,7 +218,7 @@ void attention_forward_cublas(const Context& ctx, floatX* out, float* lse, void*
     const int rows = B * NH * T;
     causal_softmax_forward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
                                     ctx.stream>>>(att, lse, rows, T, L.ldS);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     for (int o = 0; o < ab.outer; o++) {
         // O = P V, written straight into out (row stride C).
         matmul_strided_batched(ctx, out + o * ab.out_outer, att + o * ab.att_outer,
@@ -247,7 +249,7 @@ void attention_backward_cublas(const Context& ctx, floatX* dqkv, void* scratch, 
     causal_softmax_backward_kernel<<<grid_for(rows, kRowsPerBlock), kRowsPerBlock * kWarpSize, 0,
                                      ctx.stream>>>(att, datt, lse, dout, out, rows, T, NH, HS,
                                                    L.ldS);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     for (int o = 0; o < ab.outer; o++) {
         const floatX* q = qkv + o * ab.qkv_outer;
         const floatX* d_o = dout + o * ab.out_outer;
@@ -323,3 +325,5 @@ bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const f
 }
 
 #endif
+
+}  // namespace llmc

@@ -18,6 +18,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 size_t attention_scratch_bytes(int B, int T, int C, int NH);
 
 // Whether this build's attention takes heads of HS = C / NH channels (bf16: a multiple of 16 up
@@ -41,3 +43,5 @@ void attention_forward_cublas(const Context& ctx, floatX* out, float* lse, void*
 void attention_backward_cublas(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                                const floatX* qkv, const floatX* out, const float* lse, int B, int T,
                                int C, int NH);
+
+}  // namespace llmc

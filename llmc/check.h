@@ -1,16 +1,17 @@
 // check.h: every check macro of the project, in one place.
 //
-// LLMC_CHECK(cond, fmt, ...)  host check that stays on in release builds; prints the message
-//                             (one plain sentence for the user) with file:line and exits 1.
-// LLMC_FAIL(fmt, ...)         the same without a condition. Both go through llmc::fail(), which
-//                             throws llmc::FatalError instead of exiting in fuzz builds
-//                             (-DLLMC_FUZZ, `make fuzz`), so a harness can check the sentence.
-// CUDA_CHECK(expr)            a CUDA runtime call; prints the error name and string.
-// CUDA_CHECK_LAST()           after a kernel launch; with LLMC_DEBUG_SYNC=1 in the environment it
-//                             also synchronizes so an asynchronous fault names the right kernel.
-// CUBLAS_CHECK(expr)          a cuBLAS / cuBLASLt call; prints the status name and string.
-// NCCL_CHECK(api, expr)       an NCCL call through a loaded NcclApi (nccl_api.h); prints NCCL's
-//                             error string and its last error message.
+// LLMC_CHECK(cond, fmt, ...)   host check that stays on in release builds; prints the message
+//                              (one plain sentence for the user) with file:line and exits 1.
+// LLMC_FAIL(fmt, ...)          the same without a condition. Both go through llmc::fail(), which
+//                              throws llmc::FatalError instead of exiting in fuzz builds
+//                              (-DLLMC_FUZZ, `make fuzz`), so a harness can check the sentence.
+// LLMC_CUDA_CHECK(expr)        a CUDA runtime call; prints the error name and string.
+// LLMC_CUDA_CHECK_LAST()       after a kernel launch; with LLMC_DEBUG_SYNC=1 in the environment
+//                              it also synchronizes so an asynchronous fault names the right
+//                              kernel.
+// LLMC_CUBLAS_CHECK(expr)      a cuBLAS / cuBLASLt call; prints the status name and string.
+// LLMC_NCCL_CHECK(api, expr)   an NCCL call through a loaded NcclApi (nccl_api.h); prints NCCL's
+//                              error string and its last error message.
 #pragma once
 #include <cstdarg>
 #include <cstdio>
@@ -75,7 +76,7 @@ inline bool debug_sync_enabled() {
 }
 }  // namespace llmc
 
-#define CUDA_CHECK(expr)                                                                    \
+#define LLMC_CUDA_CHECK(expr)                                                               \
     do {                                                                                    \
         cudaError_t llmc_err_ = (expr);                                                     \
         if (llmc_err_ != cudaSuccess) {                                                     \
@@ -86,15 +87,15 @@ inline bool debug_sync_enabled() {
         }                                                                                   \
     } while (0)
 
-#define CUDA_CHECK_LAST()                        \
-    do {                                         \
-        CUDA_CHECK(cudaGetLastError());          \
-        if (llmc::debug_sync_enabled()) {        \
-            CUDA_CHECK(cudaDeviceSynchronize()); \
-        }                                        \
+#define LLMC_CUDA_CHECK_LAST()                        \
+    do {                                              \
+        LLMC_CUDA_CHECK(cudaGetLastError());          \
+        if (llmc::debug_sync_enabled()) {             \
+            LLMC_CUDA_CHECK(cudaDeviceSynchronize()); \
+        }                                             \
     } while (0)
 
-#define CUBLAS_CHECK(expr)                                                                      \
+#define LLMC_CUBLAS_CHECK(expr)                                                                 \
     do {                                                                                        \
         cublasStatus_t llmc_st_ = (expr);                                                       \
         if (llmc_st_ != CUBLAS_STATUS_SUCCESS) {                                                \
@@ -105,7 +106,7 @@ inline bool debug_sync_enabled() {
         }                                                                                       \
     } while (0)
 
-#define NCCL_CHECK(api, expr)                                                                \
+#define LLMC_NCCL_CHECK(api, expr)                                                           \
     do {                                                                                     \
         const int llmc_nr_ = (expr);                                                         \
         if (llmc_nr_ != 0) {                                                                 \

@@ -1,5 +1,5 @@
-// checkpoint.cuh: moving the exact training state of a GPT2 between the device and the host
-// arrays of a checkpoint (the files themselves are checkpoint.h's, host-only).
+// checkpoint.cuh: moving the exact training state of a GPT2 and its AdamW between the device and
+// the host arrays of a checkpoint (the files themselves are checkpoint.h's, host-only).
 //
 // weights (fp32, model-file layout): the parameters in the fp32 build, the fp32 master weights
 // in the bf16 build: no rounding either way. opt.raw_params: the bf16 parameters as stored, bit
@@ -9,17 +9,23 @@
 
 #include "checkpoint.h"
 #include "gpt2.cuh"
+#include "multi_gpu.cuh"
+#include "optimizer.cuh"
+
+namespace llmc {
 
 // Bytes of one device parameter in this build (the state header's param_bytes).
 constexpr int kParamBytes = (int)sizeof(floatX);
 
-// Waits for ctx.stream, then copies weights, m, v (and raw params in bf16) to the host. With a
-// MultiGpu every rank must call it (ZeRO-1 gathers the shards); only rank 0 receives the arrays
-// (they are left empty elsewhere).
-void gpt2_download_checkpoint(const Context& ctx, const GPT2& model, std::vector<float>* weights,
-                              llmc::OptimizerState* opt);
+// Waits for ctx.stream, then copies weights, m, v (and raw params in bf16) to the host. With
+// `dist` every rank must call it (a sharded AdamW's chunks are gathered); only rank 0 receives
+// the arrays (they are left empty elsewhere).
+void checkpoint_download(const Context& ctx, const GPT2& model, const AdamW& opt, MultiGpu* dist,
+                         std::vector<float>* weights, OptimizerState* state);
 
-// Restores a checkpoint into a model that gpt2_create built from the checkpoint's weights
-// (which put them into params, or master in bf16): uploads m, v, and the raw params in bf16.
+// Restores a checkpoint into a model and an AdamW created from the checkpoint's weights (which
+// put them into params, or master in bf16): uploads m, v, and the raw params in bf16.
 // Synchronous.
-void gpt2_upload_checkpoint(const Context& ctx, GPT2* model, const llmc::OptimizerState& opt);
+void checkpoint_upload(const Context& ctx, GPT2* model, AdamW* opt, const OptimizerState& state);
+
+}  // namespace llmc

@@ -89,10 +89,10 @@ enum StateSlot {  // int64 slots of the state header
     kSlotOutlierTotal,  // steps skipped as outliers so far
     kNumStateSlots
 };
-// scripts/test_resume.sh reads the header with these indices.
+// scripts/test/test_resume.sh reads the header with these indices.
 static_assert(kSlotStep == 3 && kSlotNumParams == 5 && kSlotParamBytes == 6 &&
                   kSlotSumModel == 36 && kSlotSumParams == 39,
-              "update scripts/test_resume.sh with the state header");
+              "update scripts/test/test_resume.sh with the state header");
 
 // The slots that hold the run's options. The trainer's option table (llmc/train_config.cpp)
 // says which option each one holds and whether a resume must keep it or may change it; an

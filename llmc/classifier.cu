@@ -30,6 +30,8 @@
 #include "matmul.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 // Threads per row. 1024 leaves room for 2 blocks per SM: 264 rows of GPT-2's 100 KB (bf16) in
@@ -302,10 +304,11 @@ __global__ void __launch_bounds__(kLossThreads)
 size_t staged_row_smem_limit(const Context& ctx) {
     static const size_t limit = [&] {
         cudaFuncAttributes attr{};
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, fused_classifier_staged_row_kernel<kVecX>));
+        LLMC_CUDA_CHECK(cudaFuncGetAttributes(&attr, fused_classifier_staged_row_kernel<kVecX>));
         const size_t bytes = ctx.props.sharedMemPerBlockOptin - attr.sharedSizeBytes;
-        CUDA_CHECK(cudaFuncSetAttribute(fused_classifier_staged_row_kernel<kVecX>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(fused_classifier_staged_row_kernel<kVecX>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)bytes));
         return bytes;
     }();
     return limit;
@@ -353,9 +356,9 @@ void classifier_chunked(const Context& ctx, floatX* logits, float* losses, float
         const floatX* x = lnf + (size_t)r0 * C;
         matmul_forward(ctx, logits, x, wte, nullptr, rows, C, Vp);
         if (logits_copy != nullptr) {
-            CUDA_CHECK(cudaMemcpyAsync(logits_copy + (size_t)r0 * Vp, logits,
-                                       (size_t)rows * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                       ctx.stream));
+            LLMC_CUDA_CHECK(cudaMemcpyAsync(logits_copy + (size_t)r0 * Vp, logits,
+                                            (size_t)rows * Vp * sizeof(floatX),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
         }
         fused_classifier(ctx, logits, losses + r0, targets + r0, dloss, rows, V, Vp, backward);
         if (backward) {
@@ -372,3 +375,5 @@ void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N
     launch_kernel(ctx, ctx.stream, loss_accumulate_block_sum_kernel, 1, kLossThreads, 0, loss,
                   losses, N, scale);
 }
+
+}  // namespace llmc

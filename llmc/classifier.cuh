@@ -17,6 +17,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 void fused_classifier(const Context& ctx, floatX* logits, float* losses, const int* targets,
                       float dloss, int N, int V, int Vp, bool write_dlogits);
 
@@ -26,3 +28,5 @@ void classifier_chunked(const Context& ctx, floatX* logits, float* losses, float
                         floatX* logits_copy = nullptr);
 
 void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N, float scale);
+
+}  // namespace llmc

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "run_log.h"
+#include "util.h"
 
 namespace llmc {
 namespace cli {

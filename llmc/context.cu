@@ -8,6 +8,8 @@
 #include "arch.cuh"
 #include "context.cuh"
 
+namespace llmc {
+
 // cuBLASLt's heuristics pick faster kernels (split-K, stream-K) when given room to work;
 // 32 MiB is what Hopper's largest tiles ask for.
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
@@ -45,7 +47,7 @@ void check_architecture(const cudaDeviceProp& props, int device, cudaStream_t st
             "capability %d.%d) cannot run; rebuild with make GPU_ARCH=sm_%d (%s).",
             kCudaArch, device, props.name, props.major, props.minor, want, cudaGetErrorString(err));
     }
-    CUDA_CHECK(err);
+    LLMC_CUDA_CHECK(err);
 }
 
 // LLMC_BRANCHES: "", "0", "none", "all", or a comma list of gemms, reduces, zeroing.
@@ -109,17 +111,17 @@ void context_init(Context* ctx, int device, bool tf32) {
                device, count);
     ctx->device = device;
     ctx->tf32 = tf32;
-    CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+    LLMC_CUDA_CHECK(cudaSetDevice(device));
+    LLMC_CUDA_CHECK(cudaGetDeviceProperties(&ctx->props, device));
+    LLMC_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
     check_architecture(ctx->props, device, ctx->stream);
-    CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->branch_stream, cudaStreamNonBlocking));
+    LLMC_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->branch_stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : ctx->branch_events) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
-    CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+    LLMC_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
-    CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    LLMC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
     context_set_overlap(ctx, branches_from_env(), flag_from_env("LLMC_PDL", 1) != 0);
     ctx->layernorm_backward_variant = flag_from_env("LLMC_LAYERNORM_BACKWARD_VARIANT", 1);
     ctx->classifier_variant = flag_from_env("LLMC_CLASSIFIER_VARIANT", 1);
@@ -130,7 +132,7 @@ void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
     // griddepcontrol and the launch attribute are Hopper's (sm_90) and later.
     ctx->pdl = pdl && ctx->props.major >= 9;
     if ((ctx->branches & kBranchGemms) != 0 && ctx->branch_lt_workspace == nullptr) {
-        CUDA_CHECK(cudaMalloc(&ctx->branch_lt_workspace, ctx->lt_workspace_bytes));
+        LLMC_CUDA_CHECK(cudaMalloc(&ctx->branch_lt_workspace, ctx->lt_workspace_bytes));
     }
 }
 
@@ -145,26 +147,38 @@ std::string context_overlap_summary(const Context& ctx) {
            " | classifier variant " + std::to_string(ctx.classifier_variant);
 }
 
+void device_alloc(void** ptr, size_t bytes, const char* what) {
+    if (cudaMalloc(ptr, bytes) == cudaSuccess) return;
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    constexpr double kMiB = 1048576.0;
+    LLMC_FAIL(
+        "could not allocate %.0f MiB of device memory for the %s (%.0f MiB of %.0f MiB free): "
+        "lower the micro-batch (-b) or recompute activations (--recompute 1 or 2)",
+        bytes / kMiB, what, free_b / kMiB, total_b / kMiB);
+}
+
 void branch_fork(const Context& ctx) {
     cudaEvent_t e = next_event(ctx);
-    CUDA_CHECK(cudaEventRecord(e, ctx.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx.branch_stream, e, 0));
+    LLMC_CUDA_CHECK(cudaEventRecord(e, ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamWaitEvent(ctx.branch_stream, e, 0));
 }
 
 cudaEvent_t branch_mark(const Context& ctx) {
     cudaEvent_t e = next_event(ctx);
-    CUDA_CHECK(cudaEventRecord(e, ctx.branch_stream));
+    LLMC_CUDA_CHECK(cudaEventRecord(e, ctx.branch_stream));
     return e;
 }
 
 void branch_wait(const Context& ctx, cudaEvent_t mark) {
-    if (mark != nullptr) CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, mark, 0));
+    if (mark != nullptr) LLMC_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, mark, 0));
 }
 
 void branch_join(const Context& ctx) { branch_wait(ctx, branch_mark(ctx)); }
 
 Context::~Context() {
-    matmul_plans_destroy(*this);
+    matmul_cache.reset();  // the plans first: cuBLASLt's descriptors, before its handle goes
     if (lt_workspace) cudaFree(lt_workspace);
     if (branch_lt_workspace) cudaFree(branch_lt_workspace);
     if (lt) cublasLtDestroy(lt);
@@ -174,3 +188,5 @@ Context::~Context() {
     if (branch_stream) cudaStreamDestroy(branch_stream);
     if (stream) cudaStreamDestroy(stream);
 }
+
+}  // namespace llmc

@@ -1,8 +1,9 @@
 // context.cuh: the state every launcher takes first, instead of globals.
 //
 // A Context owns the device properties, the one non-default stream all work runs on, the
-// cuBLASLt handle and its workspace, and the cache of matmul plans (descriptors and the chosen
-// algorithm per shape, built once and reused, also inside CUDA graph capture).
+// cuBLASLt handle and its workspace, and an opaque cache that matmul.cu fills with its plans
+// (descriptors and the chosen algorithm per shape, built once and reused, also inside CUDA
+// graph capture); the Context only deletes it.
 //
 // It also carries the switches of work that may overlap within the training step, off by
 // default (context_init reads them from the environment; context_set_overlap sets them):
@@ -20,13 +21,12 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <map>
+#include <memory>
 #include <string>
-#include <tuple>
 
 #include "check.h"
 
-struct MatmulPlan;  // defined in matmul.cu
+namespace llmc {
 
 // Bits of Context::branches: what the step runs on the branch stream.
 constexpr unsigned kBranchGemms = 1;    // the backward's weight-gradient GEMMs (and bias sums)
@@ -37,18 +37,10 @@ constexpr unsigned kBranchAll = kBranchGemms | kBranchReduces | kBranchZeroing;
 // many more forks and marks reuse its event.
 constexpr int kBranchEvents = 32;
 
-// Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
-// alignment the chosen algorithm may assume.
-struct MatmulKey {
-    int m, n, k, lda, ldb, ldc, ldaux, batch;
-    long long stride_a, stride_b, stride_c;
-    int transa, transb, epilogue, align;
-    bool operator<(const MatmulKey& o) const {
-        return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c, transa,
-                        transb, epilogue, align) <
-               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch, o.stride_a,
-                        o.stride_b, o.stride_c, o.transa, o.transb, o.epilogue, o.align);
-    }
+// What an op family keeps in the Context between calls (matmul.cu: its plans). The Context
+// owns it and deletes it through this base, knowing nothing of what it holds.
+struct ContextCache {
+    virtual ~ContextCache() = default;
 };
 
 struct Context {
@@ -63,9 +55,9 @@ struct Context {
     // results are bitwise the heuristic's first choice's (matmul.cu), so the bits are those of
     // autotune off, run after run. Off: the heuristic's first choice, untimed.
     bool autotune = true;
-    mutable int autotune_skipped = 0;  // plans left untuned for want of memory
-    // Cached plans; mutable because launchers take a const Context& yet fill the cache.
-    mutable std::map<MatmulKey, MatmulPlan*> plans;
+    // matmul.cu's plans, made on first use; mutable because launchers take a const Context&
+    // yet fill the cache.
+    mutable std::unique_ptr<ContextCache> matmul_cache;
     // Overlap within the step (see the top of this file).
     unsigned branches = 0;  // kBranch* bits
     bool pdl = false;
@@ -84,9 +76,6 @@ struct Context {
     ~Context();
 };
 
-// Frees the cached plans (defined with the plans, in matmul.cu).
-void matmul_plans_destroy(const Context& ctx);
-
 // Selects `device`, creates the stream, the cuBLASLt handle and a 32 MiB workspace, and sets
 // the overlap switches and kernel variants from the environment (a bad value: one sentence).
 void context_init(Context* ctx, int device, bool tf32);
@@ -96,6 +85,9 @@ void context_init(Context* ctx, int device, bool tf32);
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl);
 // "branches gemms,reduces | pdl on | layernorm backward variant 1 | classifier variant 0".
 std::string context_overlap_summary(const Context& ctx);
+
+// cudaMalloc, or exit with one sentence: the sizes, the free memory and what to change.
+void device_alloc(void** ptr, size_t bytes, const char* what);
 
 // The branch stream waits for everything enqueued on ctx.stream so far.
 void branch_fork(const Context& ctx);
@@ -112,3 +104,5 @@ inline cudaStream_t stream_for(const Context& ctx, bool on_branch) {
 
 // Number of streaming multiprocessors (for sizing persistent grids).
 inline int ctx_num_sms(const Context& ctx) { return ctx.props.multiProcessorCount; }
+
+}  // namespace llmc

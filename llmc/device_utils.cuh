@@ -7,6 +7,8 @@
 
 #include "precision.cuh"
 
+namespace llmc {
+
 constexpr int kWarpSize = 32;
 // floatX elements in one 16-byte access: 4 in fp32, 8 in bf16.
 constexpr int kVecX = 16 / sizeof(floatX);
@@ -41,3 +43,5 @@ __device__ __forceinline__ float warp_max(float x) {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace llmc

@@ -338,12 +338,6 @@ bool read_file_reply(const DistEnv& env, const BootstrapOptions& opt, uint64_t f
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
-    const unsigned char* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 bool dist_env_from_environment(DistEnv* env, std::string* why) {
     *env = DistEnv{};
     int rc = read_triple("LLMC_RANK", "LLMC_WORLD_SIZE", "LLMC_LOCAL_RANK", "LLMC_RANK", env, why);

@@ -3,7 +3,7 @@
 // no MPI, so it runs (and is tested) anywhere.
 //
 // Discovery, first match wins:
-//   LLMC_RANK, LLMC_WORLD_SIZE, LLMC_LOCAL_RANK             scripts/launch.sh (or set by hand)
+//   LLMC_RANK, LLMC_WORLD_SIZE, LLMC_LOCAL_RANK             scripts/run/launch.sh (or set by hand)
 //   OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK                 OpenMPI's mpirun
 //   SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID        Slurm's srun (a job step: the batch
 //                                                            script itself has no step size)
@@ -62,9 +62,5 @@ bool bootstrap_share_id(const DistEnv& env, const BootstrapOptions& opt, uint64_
 
 // After the communicator exists: rank 0 removes the init file (nothing to do over TCP).
 void bootstrap_cleanup(const DistEnv& env, const BootstrapOptions& opt);
-
-// FNV-1a 64 of bytes, chained from h (start with kFnvOffset): the config fingerprint.
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = kFnvOffset);
 
 }  // namespace llmc

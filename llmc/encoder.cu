@@ -24,6 +24,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -156,9 +158,9 @@ struct EncoderScratch {
 EncoderScratch encoder_scratch_layout(void* base, int N) {
     EncoderScratch s{};
     // With a null temp pointer CUB only reports the storage it needs; no work is launched.
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, (const int*)nullptr,
-                                               (int*)nullptr, (const int*)nullptr, (int*)nullptr,
-                                               N));
+    LLMC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_temp_bytes, (const int*)nullptr,
+                                                    (int*)nullptr, (const int*)nullptr,
+                                                    (int*)nullptr, N));
     const size_t ints = round_up((size_t)N * sizeof(int), kScratchAlign);
     s.total_bytes = 3 * ints + round_up(s.sort_temp_bytes, kScratchAlign);
     if (base != nullptr) {
@@ -224,10 +226,10 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
     launch_kernel(ctx, ctx.stream, iota_kernel, (N + kThreads - 1) / kThreads, kThreads, 0,
                   s.positions, N);
     // LSD radix sort is stable: equal ids keep their positions in increasing order.
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.sort_temp, s.sort_temp_bytes, inp, s.sorted_tokens,
-                                               s.positions, s.sorted_positions, N, 0,
-                                               (int)(sizeof(int) * 8), ctx.stream));
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+        s.sort_temp, s.sort_temp_bytes, inp, s.sorted_tokens, s.positions, s.sorted_positions, N, 0,
+        (int)(sizeof(int) * 8), ctx.stream));
+    LLMC_CUDA_CHECK_LAST();
 
     const bool vec = C % kVecX == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
     if (vec) {
@@ -236,3 +238,5 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
         launch_encoder_backward_sums<1>(ctx, dwte, dwpe, s, dout, B, T, C);
     }
 }
+
+}  // namespace llmc

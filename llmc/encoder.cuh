@@ -7,6 +7,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floatX* wte,
                      const floatX* wpe, int B, int T, int C);
 
@@ -14,3 +16,5 @@ void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floa
 size_t encoder_backward_scratch_bytes(int B, int T);
 void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scratch,
                       const floatX* dout, const int* inp, int B, int T, int C);
+
+}  // namespace llmc

@@ -38,6 +38,8 @@
 #include "flash_attention_sm90.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -878,10 +880,10 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 
 // ---- Launch -----------------------------------------------------------------------------------
 
-// Tile shapes. Each pass keeps a few variants compiled so that dev/bench_attention --variants
-// can time them in one run and dev/test_flash_attention checks each; variant 0, the default, was
-// the fastest at HS=64 on an H100 (the shapes tried and dropped: docs/perf-log.md). Fields: warps
-// per block, m-tiles of 16 rows per warp (the rows whose fragments are the A operands), inner
+// Tile shapes. Each pass keeps a few variants compiled so that dev/bench/bench_attention --variants
+// can time them in one run and dev/test/test_flash_attention checks each; variant 0, the default,
+// was the fastest at HS=64 on an H100 (the shapes tried and dropped: docs/perf-log.md). Fields:
+// warps per block, m-tiles of 16 rows per warp (the rows whose fragments are the A operands), inner
 // tile rows, blocks per SM the register cap aims at, A fragments kept in registers, cp.async
 // stages. Above HS=64 the accumulators need the registers: every variant is the one shape that
 // does not spill there.
@@ -1018,7 +1020,7 @@ const char* variant_name(FlashPass pass, int v) {
 // initializer), so launches inside CUDA graph capture make no attribute calls.
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return true;
 }
@@ -1041,7 +1043,7 @@ void forward_hs(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int 
     const BlockOrder o = block_order(ctx, B * NH, (T + BR - 1) / BR, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(out, lse, qkv, T,
                                                                                 NH, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 // Both backward passes return the bias partial rows they write: B * (blocks along T).
@@ -1067,7 +1069,7 @@ int backward_dq_hs(const Context& ctx, bf16* dqkv, float* D, const bf16* dout, c
     const BlockOrder o = block_order(ctx, B * NH, blocks_t, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(
         dqkv, D, qkv, dout, out, lse, bias_part, T, NH, scale, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     return B * blocks_t;
 }
 
@@ -1093,7 +1095,7 @@ int backward_dkdv_hs(const Context& ctx, bf16* dqkv, const float* D, const bf16*
     const BlockOrder o = block_order(ctx, B * NH, blocks_t, t.min_blocks);
     (o.across ? across : tile_in_x)<<<o.grid, t.warps * 32, smem, ctx.stream>>>(
         dqkv, qkv, dout, lse, D, bias_part, T, NH, scale, scale_log2);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
     return B * blocks_t;
 }
 
@@ -1232,7 +1234,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
-            CUDA_CHECK_LAST();
+            LLMC_CUDA_CHECK_LAST();
         }
         return;
     }
@@ -1262,6 +1264,8 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     if (dbias != nullptr) {
         qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
             dbias, part_q, rows_q, part_kv, rows_kv, C);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
     }
 }
+
+}  // namespace llmc

@@ -20,6 +20,8 @@
 
 #include "context.cuh"
 
+namespace llmc {
+
 // Bytes of scratch the backward needs on either path: mma.sync, B*NH*T floats (D) and
 // B*ceil(T/64)*3C floats (the bias partials), each rounded up to 256 bytes; Hopper, 2*B*NH*T_pad
 // floats (lse and D, T rounded up to 64) and B*ceil(T/128)*3C.
@@ -56,3 +58,5 @@ void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scr
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                               int HS, int dq_variant = 0, int dkdv_variant = 0,
                               __nv_bfloat16* dbias = nullptr, FlashPath path = FlashPath::kAuto);
+
+}  // namespace llmc

@@ -49,6 +49,8 @@
 #include "nvtx.h"
 #include "sm90.cuh"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -535,7 +537,7 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
 
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return true;
 }
@@ -556,7 +558,7 @@ void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, 
     const long long grid = schedule_grid(ctx, sched);
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     kernel<<<(unsigned)grid, kThreads, smem, ctx.stream>>>(map, out, lse, T, NH, scale_log2, sched);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 // forward_launch of the run-time variant.
@@ -592,8 +594,8 @@ CUtensorMap make_row_tensor_map(const void* base, int B, int T, int heads, int c
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found{};
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                    cudaEnableDefault, &found));
+        LLMC_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &found));
         LLMC_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
                    "the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12.0 or "
                    "newer is needed for the Hopper kernels).");
@@ -650,3 +652,5 @@ void flash_attention_sm90_forward(const Context& ctx, bf16* out, float* lse, con
         forward_variant<128>(ctx, variant, out, lse, qkv, B, T, NH);
     }
 }
+
+}  // namespace llmc

@@ -16,6 +16,8 @@
 #include "flash_attention.cuh"
 #include "sm90.cuh"
 
+namespace llmc {
+
 // flash_attention_sm90_available (declared in flash_attention.cuh) is true when the sm_90a
 // kernels can run this head size here: HS 64 or 128, the device is compute capability 9.0, the
 // loaded image has the sm_90a kernels (a build for compute_90a), and LLMC_FLASH_SM90 is not 0
@@ -131,3 +133,5 @@ __device__ __forceinline__ void release(uint32_t bar, int lane) {
     if (lane == 0) sm90::mbar_arrive(bar);
 }
 #endif  // LLMC_SM90A_DEVICE
+
+}  // namespace llmc

@@ -42,6 +42,8 @@
 #include "nvtx.h"
 #include "sm90.cuh"
 
+namespace llmc {
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -762,7 +764,7 @@ constexpr BackwardVariant kBwdVariants[kBackwardVariants] = {
 
 template <typename Kernel>
 bool set_smem(Kernel kernel, size_t bytes) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return true;
 }
@@ -800,7 +802,7 @@ void dq_launch(const Context& ctx, const BackwardArgs& a) {
     kernel<<<(unsigned)schedule_grid(ctx, sched), kThreads, smem, ctx.stream>>>(
         a.qkv_rows, a.dout_rows, a.qkv_inner, a.dqkv, a.dout, a.out, a.lse, a.sc.lse2, a.sc.d,
         a.parts.q, a.T, a.NH, a.scale, a.scale_log2, sched);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 template <int HS, int V>
@@ -814,7 +816,7 @@ void dkdv_launch(const Context& ctx, const BackwardArgs& a) {
     kernel<<<(unsigned)schedule_grid(ctx, sched), kThreads, smem, ctx.stream>>>(
         a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.sc.lse2, a.sc.d, a.parts.kv, a.T, a.NH,
         a.scale, a.scale_log2, sched);
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK_LAST();
 }
 
 // The launch of the run-time variant.
@@ -900,3 +902,5 @@ BiasPartials flash_attention_sm90_backward(const Context& ctx, bf16* dqkv, void*
     return backward_hs<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, bias, dq_variant,
                            dkdv_variant, kernels);
 }
+
+}  // namespace llmc

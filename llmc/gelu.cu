@@ -10,6 +10,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -65,3 +67,5 @@ void gelu_forward(const Context& ctx, floatX* out, const floatX* inp, size_t n) 
         launch_gelu<1>(ctx, out, inp, n);
     }
 }
+
+}  // namespace llmc

@@ -12,4 +12,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 void gelu_forward(const Context& ctx, floatX* out, const floatX* inp, size_t n);
+
+}  // namespace llmc

@@ -17,6 +17,8 @@
 #include "launch.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kThreads = 512;
@@ -93,7 +95,7 @@ template <int kVec>
 __global__ void __launch_bounds__(kThreads)
     sum_of_squares_sharded_partials_kernel(float* __restrict__ partials,       // (G)
                                            const floatX* __restrict__ values,  // (whole buffer)
-                                           llmc::ShardMap map) {
+                                           llmc::ChunkMap map) {
     pdl_wait();
     pdl_launch_dependents();
     const size_t stride = (size_t)gridDim.x * kThreads;
@@ -142,7 +144,7 @@ void global_norm_squared(const Context& ctx, float* out, void* scratch, const fl
 }
 
 void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
-                                 const floatX* values, const llmc::ShardMap& map) {
+                                 const floatX* values, const llmc::ChunkMap& map) {
     NvtxRange range("global_norm_squared_sharded");
     LLMC_CHECK(out != nullptr && scratch != nullptr && values != nullptr,
                "global_norm_squared_sharded: out, scratch and values must be given");
@@ -162,3 +164,5 @@ void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
     }
     launch_kernel(ctx, ctx.stream, sum_partials_kernel, 1, kFinalThreads, 0, out, partials, G);
 }
+
+}  // namespace llmc

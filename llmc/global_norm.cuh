@@ -2,14 +2,18 @@
 //   global_norm_squared: *out = sum(values^2) over n values (overwrites), in float, reduced in a
 //   fixed order through `scratch` (per-block partials, then one block sums them).
 #pragma once
+#include "chunk_map.h"
 #include "context.cuh"
 #include "precision.cuh"
-#include "shard_map.h"
+
+namespace llmc {
 
 size_t global_norm_scratch_bytes(const Context& ctx);
 void global_norm_squared(const Context& ctx, float* out, void* scratch, const floatX* values,
                          size_t n);
-// ZeRO-1: *out = the sum of squares over the chunks `map` gives this rank (global indices into
-// values, the whole gradient buffer); the caller all-reduces it over the ranks.
+// *out = the sum of squares over the chunks of `map` (global indices into values, the whole
+// gradient buffer); ZeRO-1: a rank's chunks, and the caller all-reduces it over the ranks.
 void global_norm_squared_sharded(const Context& ctx, float* out, void* scratch,
-                                 const floatX* values, const llmc::ShardMap& map);
+                                 const floatX* values, const llmc::ChunkMap& map);
+
+}  // namespace llmc

@@ -1,5 +1,4 @@
-// gpt2.cu: buffers of the GPT-2 model and its forward and backward passes.
-// The training step and its CUDA graph are in gpt2_step.cu.
+// gpt2.cu: buffers of the GPT-2 model and its forward and backward passes (see gpt2.cuh).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -14,11 +13,9 @@
 #include "gpt2.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
-#include "multi_gpu.cuh"
 #include "nvtx.h"
 
-using namespace llmc;
-
+namespace llmc {
 namespace {
 
 // Hands out 256-byte aligned pieces of one allocation: first plan (base == nullptr) to learn
@@ -63,10 +60,6 @@ class ArenaCarver {
     size_t used_ = 0;
 };
 
-int classifier_chunk_rows(const GPT2Options& opts, int B, int T) {
-    return std::min(opts.classifier_chunk_rows, B * T);
-}
-
 void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
                        const GPT2Options& opts, ArenaCarver* a, GPT2Activations* acts) {
     const size_t N = (size_t)B * T, C = cfg.channels, L = cfg.num_layers, NH = cfg.num_heads;
@@ -92,7 +85,8 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->lnf = a->take<floatX>(N * C, "lnf");
     acts->lnf_mean = a->take<float>(N, "layernorm statistics");
     acts->lnf_rstd = a->take<float>(N, "layernorm statistics");
-    acts->logits = a->take<floatX>((size_t)classifier_chunk_rows(opts, B, T) * Vp, "logits chunk");
+    acts->logits =
+        a->take<floatX>((size_t)gpt2_classifier_chunk_rows(opts, B, T) * Vp, "logits chunk");
     acts->losses = a->take<float>(N, "losses");
     acts->lnf_row = a->take<floatX>(C, "sampling row");
     acts->logits_row = a->take<floatX>(Vp, "sampling row");
@@ -141,20 +135,6 @@ size_t layer_slice(const ParamLayout& layout, int index, int l, int L) {
     return layout.sizes[index] / L * l;
 }
 
-constexpr double kMiB = 1048576.0;
-
-// cudaMalloc, or one sentence with the sizes and what to change.
-void device_alloc(void** ptr, size_t bytes, const char* what) {
-    if (cudaMalloc(ptr, bytes) == cudaSuccess) return;
-    cudaGetLastError();  // clear the (non-sticky) allocation error
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    LLMC_FAIL(
-        "could not allocate %.0f MiB of device memory for the %s (%.0f MiB of %.0f MiB free): "
-        "lower the micro-batch (-b) or recompute activations (--recompute 1 or 2)",
-        bytes / kMiB, what, free_b / kMiB, total_b / kMiB);
-}
-
 }  // namespace
 
 bool gpt2_shape_supported(const GPT2Config& cfg, int B, int T, std::string* why) {
@@ -194,91 +174,29 @@ bool gpt2_shape_supported(const GPT2Config& cfg, int B, int T, std::string* why)
     return false;
 }
 
-GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const GPT2Config& cfg, int B, int T,
-                                int grad_accum, const GPT2Options& opts) {
-    GPT2MemoryPlan plan;
-    const size_t n = param_layout(cfg).total;
-    plan.params = n * sizeof(floatX);
-    plan.grads = n * sizeof(floatX);
-    plan.optimizer =
-        (sizeof(floatX) != sizeof(float) ? 3 : 2) * (n / opts.zero_shards) * sizeof(float);
-    ArenaCarver carver(nullptr, &plan.activation_parts);
+size_t gpt2_activation_bytes(const Context& ctx, const GPT2Config& cfg, int B, int T,
+                             const GPT2Options& opts,
+                             std::vector<std::pair<std::string, size_t>>* parts) {
+    ArenaCarver carver(nullptr, parts);
     GPT2Activations acts{};
     carve_activations(ctx, cfg, B, T, opts, &carver, &acts);
-    plan.activations = carver.used();
-    std::sort(plan.activation_parts.begin(), plan.activation_parts.end(),
-              [](const auto& x, const auto& y) { return x.second > y.second; });
-    plan.other = (size_t)grad_accum * 2 * B * T * sizeof(int) + sizeof(AdamWStepValues) + 8;
-    // The autotuner's buffers (matmul.cu): a random input as large as the largest GEMM input,
-    // and two copies of D for accumulating GEMMs. The largest are the classifier's backward
-    // (dlogits, rows x Vp, with two copies of dwte) and the MLP weight gradients (an (N, 4C)
-    // input, two copies of a 4C x C gradient); in fp32 also a T x T score area of attention.
-    // Without that memory the tuner leaves a plan untuned (same bits, maybe slower). 256 MiB
-    // more for cuBLASLt and the graph (the runs behind it: docs/perf-log.md).
-    const size_t Vp = cfg.padded_vocab_size, C = cfg.channels, N = (size_t)B * T;
-    const size_t rows = classifier_chunk_rows(opts, B, T);
-    size_t tune = std::max(rows * Vp + 2 * Vp * C, 4 * N * C + 8 * C * C) * sizeof(floatX);
-    if (sizeof(floatX) == 4) {  // the cuBLAS attention: one of its two score areas
-        tune = std::max(tune, attention_scratch_bytes(B, T, (int)C, cfg.num_heads) / 2);
-    }
-    plan.reserve = tune + (256u << 20);
-    return plan;
+    return carver.used();
 }
 
-int gpt2_largest_batch(const Context& ctx, const GPT2Config& cfg, int T, int grad_accum,
-                       const GPT2Options& opts, size_t bytes, int max_B) {
-    // Memory grows with B: bisect for the last B that fits (and that gpt2_create accepts).
-    int lo = 0,
-        hi = (int)std::min<long long>(max_B, ((1ll << 31) - 1) / ((long long)T * 4 * cfg.channels));
-    while (lo < hi) {
-        const int mid = lo + (hi - lo + 1) / 2;
-        if (gpt2_memory_plan(ctx, cfg, mid, T, grad_accum, opts).total() <= bytes)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
-void gpt2_print_memory_plan(const GPT2MemoryPlan& plan, FILE* out) {
-    std::fprintf(out,
-                 "memory (MiB)     params %.0f, grads %.0f, optimizer %.0f, activations %.0f, "
-                 "runtime reserve %.0f, total %.0f\n",
-                 plan.params / kMiB, plan.grads / kMiB, plan.optimizer / kMiB,
-                 plan.activations / kMiB, plan.reserve / kMiB, plan.total() / kMiB);
-    std::fprintf(out, "largest acts     ");
-    const size_t shown = std::min<size_t>(plan.activation_parts.size(), 6);
-    for (size_t i = 0; i < shown; i++) {
-        std::fprintf(out, "%s%s %.0f", i ? ", " : "", plan.activation_parts[i].first.c_str(),
-                     plan.activation_parts[i].second / kMiB);
-    }
-    std::fprintf(out, "\n");
+int gpt2_classifier_chunk_rows(const GPT2Options& opts, int B, int T) {
+    return std::min(opts.classifier_chunk_rows, B * T);
 }
 
 GPT2::~GPT2() {
-    if (graph) cudaGraphExecDestroy(graph);
     cudaFree(params);
     cudaFree(grads);
-    cudaFree(opt_state);
     cudaFree(act_memory);
-    cudaFree(d_tokens);
-    cudaFree(d_step_values);
-    cudaFree(d_results);
-    cudaFreeHost(io.tokens);
-    cudaFreeHost(io.step_values);
-    cudaFreeHost(io.results);
 }
 
 void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
-                 const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper, const GPT2Options& opts_in, MultiGpu* dist) {
-    GPT2Options opts = opts_in;
-    const bool sharded = dist != nullptr && dist->zero == 1;
-    opts.zero_shards = sharded ? dist->env.world_size : 1;
-    m->dist = dist;
+                 const std::vector<float>& host_params, int B, int T, const GPT2Options& opts) {
     std::string why;
     LLMC_CHECK(gpt2_shape_supported(cfg, B, T, &why), "%s", why.c_str());
-    LLMC_CHECK(grad_accum >= 1, "gradient accumulation steps must be >= 1, got %d", grad_accum);
     LLMC_CHECK(opts.recompute >= 0 && opts.recompute <= 2, "recompute must be 0, 1 or 2, got %d",
                opts.recompute);
     LLMC_CHECK(opts.classifier_chunk_rows >= 1, "classifier chunk rows must be >= 1, got %d",
@@ -288,97 +206,42 @@ void gpt2_create(const Context& ctx, GPT2* m, const GPT2Config& cfg,
     LLMC_CHECK(host_params.size() == m->layout.total,
                "parameter count %zu does not match the config (%zu)", host_params.size(),
                m->layout.total);
-    m->B = B, m->T = T, m->grad_accum = grad_accum, m->hyper = hyper, m->opts = opts;
-    m->chunk_rows = classifier_chunk_rows(opts, B, T);
+    m->B = B, m->T = T, m->opts = opts;
+    m->chunk_rows = gpt2_classifier_chunk_rows(opts, B, T);
     m->num_params = m->layout.total;
     const size_t n = m->num_params;
-
-    // Refuse up front what cannot fit, with the numbers a user needs to pick B and --recompute.
-    const GPT2MemoryPlan plan = gpt2_memory_plan(ctx, cfg, B, T, grad_accum, opts);
-    size_t free_b = 0, total_b = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (plan.total() > free_b) {
-        GPT2Options most = opts;
-        most.recompute = 2;
-        const int fits = gpt2_largest_batch(ctx, cfg, T, grad_accum, opts, free_b, B);
-        const int fits_most = gpt2_largest_batch(ctx, cfg, T, grad_accum, most, free_b, B);
-        LLMC_CHECK(fits_most > 0,
-                   "the model needs %.0f MiB of device memory at B=%d T=%d, but only %.0f MiB of "
-                   "%.0f MiB are free, and not even B=1 with --recompute 2 fits: use a shorter "
-                   "sequence (-t), a smaller model or a GPU with more memory",
-                   plan.total() / kMiB, B, T, free_b / kMiB, total_b / kMiB);
-        LLMC_FAIL(
-            "the model needs %.0f MiB of device memory at B=%d T=%d with --recompute %d, but only "
-            "%.0f MiB of %.0f MiB are free: lower the micro-batch (-b %d fits) or recompute "
-            "activations (-b %d fits with --recompute 2)",
-            plan.total() / kMiB, B, T, opts.recompute, free_b / kMiB, total_b / kMiB, fits,
-            fits_most);
-    }
 
     device_alloc(reinterpret_cast<void**>(&m->params), n * sizeof(floatX), "parameters");
     device_alloc(reinterpret_cast<void**>(&m->grads), n * sizeof(floatX), "gradients");
     point_tensors(m->params, m->layout, m->param);
     point_tensors(m->grads, m->layout, m->grad);
-    const bool with_master = sizeof(floatX) != sizeof(float);
-    // ZeRO-1 keeps only this rank's chunks of m, v and master (dist->shard's local numbering).
-    const size_t opt_n = sharded ? dist->shard.local_total() : n;
-    m->opt_elems = opt_n;
-    device_alloc(reinterpret_cast<void**>(&m->opt_state),
-                 (with_master ? 3 : 2) * opt_n * sizeof(float), "optimizer state");
-    m->adam_m = m->opt_state;
-    m->adam_v = m->opt_state + opt_n;
-    m->master = with_master ? m->opt_state + 2 * opt_n : nullptr;
-    CUDA_CHECK(cudaMemsetAsync(m->opt_state, 0, 2 * opt_n * sizeof(float), ctx.stream));
-    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n * sizeof(floatX), ctx.stream));
-
-    // Parameters: fp32 from the host; the bf16 build keeps them as master weights and rounds.
+    LLMC_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, n * sizeof(floatX), ctx.stream));
     std::vector<floatX> converted(n);
     for (size_t i = 0; i < n; i++) converted[i] = from_float<floatX>(host_params[i]);
-    CUDA_CHECK(cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-    if (with_master && sharded) {
-        multi_gpu_upload_shard(ctx, *dist, host_params.data(), m->master);
-    } else if (with_master) {
-        CUDA_CHECK(
-            cudaMemcpy(m->master, host_params.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    }
+    LLMC_CUDA_CHECK(
+        cudaMemcpy(m->params, converted.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
 
-    m->act_bytes = plan.activations;
+    m->act_bytes = gpt2_activation_bytes(ctx, cfg, B, T, opts);
     device_alloc(&m->act_memory, m->act_bytes, "activations");
     ArenaCarver carve(static_cast<char*>(m->act_memory));
     carve_activations(ctx, cfg, B, T, opts, &carve, &m->acts);
-
-    const size_t tokens = (size_t)grad_accum * 2 * B * T;
-    device_alloc(reinterpret_cast<void**>(&m->d_tokens), tokens * sizeof(int), "token buffer");
-    CUDA_CHECK(cudaMalloc(&m->d_step_values, sizeof(AdamWStepValues)));
-    CUDA_CHECK(cudaMalloc(&m->d_results, 2 * sizeof(float)));
-    CUDA_CHECK(cudaMallocHost(&m->io.tokens, tokens * sizeof(int)));
-    CUDA_CHECK(cudaMallocHost(&m->io.step_values, sizeof(AdamWStepValues)));
-    *m->io.step_values = AdamWStepValues{0.0f, 1};  // pinned memory starts uninitialised
-    CUDA_CHECK(cudaMallocHost(&m->io.results, 2 * sizeof(float)));
-    std::memset(m->io.tokens, 0, tokens * sizeof(int));
-    m->io.step_values->lr = 0.0f;
-    m->io.step_values->step = 1;
-
-    m->tensors.count = kNumParamTensors;
-    for (int i = 0; i < kNumParamTensors; i++) {
-        m->tensors.offsets[i] = m->layout.offsets[i];
-        m->tensors.decayed[i] = param_is_decayed(i) ? 1 : 0;
-    }
-    m->tensors.offsets[kNumParamTensors] = n;
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
-void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d_targets,
-                  float* d_loss, float loss_scale, bool backward_classifier, floatX* logits_copy) {
+void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
+                  const GPT2ForwardArgs& args) {
     NvtxRange range("forward");
     const GPT2Config& cfg = m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = cfg.channels, L = cfg.num_layers;
+    const int B = batch.B, T = batch.T, N = B * T, C = cfg.channels, L = cfg.num_layers;
+    LLMC_CHECK(B >= 1 && T >= 1 && T <= m->T && (long long)N <= (long long)m->B * m->T,
+               "gpt2_forward: a batch of %d x %d does not fit the model's arena of %d x %d", B, T,
+               m->B, m->T);
     const int NH = cfg.num_heads;
     GPT2Activations& a = m->acts;
     floatX* const* p = m->param;
     const ParamLayout& lay = m->layout;
 
-    encoder_forward(ctx, a.encoded, d_inputs, p[kWte], p[kWpe], B, T, C);
+    encoder_forward(ctx, a.encoded, batch.inputs, p[kWte], p[kWpe], B, T, C);
     layernorm_forward(ctx, a.ln1.at(0), a.ln1_mean.at(0), a.ln1_rstd.at(0), a.encoded, p[kLn1w],
                       p[kLn1b], N, C);
     for (int l = 0; l < L; l++) {
@@ -411,15 +274,15 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
         fused_residual_layernorm_forward(ctx, a.residual3.at(l), ln_out, mean, rstd,
                                          a.residual2.at(l), a.proj_out, w, b, N, C);
     }
-    const float dloss = 1.0f / ((float)N * (float)m->grad_accum);
-    // When the step zeroes the gradients and the loss on the branch (gpt2_step.cu), that is done
+    // When the step zeroes the gradients and the loss on the branch (train_step.cu), that is done
     // before the first write to either (the classifier's dwte, then the loss sum).
-    branch_wait(ctx, m->zeroed);
-    classifier_chunked(ctx, a.logits, a.losses, backward_classifier ? a.dln : nullptr,
-                       backward_classifier ? m->grad[kWte] : nullptr, a.lnf, p[kWte], d_targets,
-                       dloss, N, C, cfg.vocab_size, cfg.padded_vocab_size, m->chunk_rows,
-                       logits_copy);
-    if (d_loss != nullptr) loss_accumulate(ctx, d_loss, a.losses, N, loss_scale);
+    branch_wait(ctx, args.zeroed);
+    const bool backward = args.backward_classifier;
+    classifier_chunked(ctx, a.logits, a.losses, backward ? a.dln : nullptr,
+                       backward ? m->grad[kWte] : nullptr, a.lnf, p[kWte], batch.targets,
+                       args.loss_scale, N, C, cfg.vocab_size, cfg.padded_vocab_size, m->chunk_rows,
+                       args.logits_copy);
+    if (args.d_loss != nullptr) loss_accumulate(ctx, args.d_loss, a.losses, N, args.loss_scale);
 }
 
 // Backward of the forward above; gradients accumulate into m->grads. Needs the activations of
@@ -438,10 +301,14 @@ void gpt2_forward(const Context& ctx, GPT2* m, const int* d_inputs, const int* d
 // A side stream for the small reductions alone, joined before each layernorm backward, was
 // slower at d12 B=4 and B=64 (the performance log in docs/ has the figures): here the weight
 // GEMMs, half of the backward's work, may go beside the chain, and each switch can be measured
-// alone (scripts/step_profile.sh --ab).
-void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
+// alone (scripts/bench/step_profile.sh --ab).
+void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEvent_t zeroed,
+                   GradReadyHook* hook) {
     NvtxRange range("backward");
     const GPT2Config& cfg = m->cfg;
+    LLMC_CHECK(batch.B == m->B && batch.T == m->T,
+               "gpt2_backward: the batch is %d x %d, the arena's shape %d x %d", batch.B, batch.T,
+               m->B, m->T);
     const int B = m->B, T = m->T, N = B * T, C = cfg.channels, L = cfg.num_layers;
     const int NH = cfg.num_heads;
     const int recompute = m->opts.recompute;
@@ -456,9 +323,10 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
     auto mark_if = [&](bool on_branch) { return on_branch ? branch_mark(ctx) : nullptr; };
     auto at = [&](int index, int l) { return layer_slice(lay, index, l, L); };
 
-    // Zeroed already on the branch when the step put its memsets there (gpt2_step.cu).
-    if (m->zeroed == nullptr) {
-        CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
+    // Zeroed already on the branch when the step put its memsets there (train_step.cu).
+    if (zeroed == nullptr) {
+        LLMC_CUDA_CHECK(
+            cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), ctx.stream));
     }
     // The projections that add to the residual stream (attproj, fcproj) take their bias
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
@@ -467,13 +335,15 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                        g[kFcprojb] + at(kFcprojb, L - 1), reduces_on_branch);
     cudaEvent_t ln_reduced = mark_if(reduces_on_branch);  // the last layernorm reduction
     cudaEvent_t qkv_weight_done = nullptr;                // the layer above's qkv weight gradient
-    // Multi-GPU: each gradient group is reduced as soon as it is final (groups: shard_map.h).
-    // Layer l's fcproj bias gradient is final before layer l's group: it comes from the
-    // layernorm backward above (l = L - 1) or from layer l + 1's ln1 backward.
-    if (m->reduce_grads) {
+    // The hook hears of each gradient group as soon as it is final (multi-GPU: its reduction
+    // starts there). Layer l's fcproj bias gradient is final before layer l's group: it comes
+    // from the layernorm backward above (l = L - 1) or from layer l + 1's ln1 backward.
+    auto group_done = [&](int group) {
+        if (hook == nullptr) return;
         if (branched) branch_join(ctx);
-        multi_gpu_grads_ready(ctx, m->dist, m->grads, L);
-    }
+        hook->grads_ready(ctx, group);
+    };
+    group_done(L);
     for (int l = L - 1; l >= 0; l--) {
         NvtxRange layer_range("backward layer", l);
         const floatX* residual = l == 0 ? a.encoded : a.residual3.at(l - 1);
@@ -526,50 +396,19 @@ void gpt2_backward(const Context& ctx, GPT2* m, const int* d_inputs) {
                            C, l > 0 ? g[kFcprojb] + at(kFcprojb, l - 1) : nullptr,
                            reduces_on_branch);
         ln_reduced = mark_if(reduces_on_branch);
-        if (m->reduce_grads) {
-            if (branched) branch_join(ctx);
-            multi_gpu_grads_ready(ctx, m->dist, m->grads, l);
-        }
+        group_done(l);
     }
-    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, d_inputs, B, T, C);
+    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, batch.inputs, B, T, C);
     // Every gradient is final, and the next step (or micro-step) may overwrite any input.
     if (branched) branch_join(ctx);
-    if (m->reduce_grads) multi_gpu_grads_ready(ctx, m->dist, m->grads, L + 1);
-}
-
-void gpt2_forward_logits_row(const Context& ctx, GPT2* m, int pos, float* host_out) {
-    NvtxRange range("logits row");
-    const int N = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab_size;
-    LLMC_CHECK(pos >= 0 && pos < m->T,
-               "gpt2_forward_logits_row: position %d is outside the sequence of %d", pos, m->T);
-    CUDA_CHECK(cudaMemcpyAsync(m->d_tokens, m->io.tokens, 2 * (size_t)N * sizeof(int),
-                               cudaMemcpyHostToDevice, ctx.stream));
-    // Only sequence 0 matters, so the forward runs as if B were 1: on the first T rows of every
-    // buffer (each sized for B*T), with cuBLASLt plans of that shape, B times less work.
-    const int full_B = m->B;
-    m->B = 1;
-    gpt2_forward(ctx, m, m->d_tokens, m->d_tokens + N, nullptr, 0.0f,
-                 /*backward_classifier=*/false);
-    m->B = full_B;
-    // The row is copied to a buffer of its own so the (1, C) x (C, Vp) product has the
-    // 256-byte alignment of every other plan, whatever C is.
-    GPT2Activations& a = m->acts;
-    CUDA_CHECK(cudaMemcpyAsync(a.lnf_row, a.lnf + (size_t)pos * C, C * sizeof(floatX),
-                               cudaMemcpyDeviceToDevice, ctx.stream));
-    matmul_forward(ctx, a.logits_row, a.lnf_row, m->param[kWte], nullptr, 1, C,
-                   m->cfg.padded_vocab_size);
-    std::vector<floatX> logits(V);
-    CUDA_CHECK(cudaMemcpyAsync(logits.data(), a.logits_row, V * sizeof(floatX),
-                               cudaMemcpyDeviceToHost, ctx.stream));
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    for (int i = 0; i < V; i++) host_out[i] = to_float(logits[i]);
+    if (hook != nullptr) hook->grads_ready(ctx, L + 1);
 }
 
 namespace {
 void download_as_float(const Context& ctx, const floatX* src, size_t n, std::vector<float>* out) {
     std::vector<floatX> tmp(n);
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpy(tmp.data(), src, n * sizeof(floatX), cudaMemcpyDeviceToHost));
     out->resize(n);
     for (size_t i = 0; i < n; i++) (*out)[i] = to_float(tmp[i]);
 }
@@ -589,3 +428,5 @@ double gpt2_flops_per_token(const GPT2Config& cfg, int T) {
     // QK^T and PV cost 2 * 2 * T * C per token per layer forward, three times that in total.
     return 6.0 * (double)lay.total + 12.0 * cfg.num_layers * (double)cfg.channels * T;
 }
+
+}  // namespace llmc

@@ -1,9 +1,14 @@
-// gpt2.cuh: the GPT-2 model on the GPU: buffers, forward, backward, and the training step.
+// gpt2.cuh: the GPT-2 model on the GPU: its parameters, gradients and activation arena, and the
+// forward and backward passes over a batch the caller gives.
 //
-// Memory: one allocation for all parameters, one for all gradients, one for the optimizer state
-// (AdamW moments, and fp32 master weights in the bf16 build), one for all activations and
-// scratch, each sized from the config, the micro-batch shape (B, T) and the GPT2Options at
-// creation. gpt2_memory_plan gives the same sizes without allocating (what B fits).
+// Memory: one allocation for all parameters, one for all gradients, one for all activations and
+// scratch, each sized from the config, the batch shape (B, T) and the GPT2Options at creation.
+// The optimizer's state (optimizer.cuh), the training step's I/O (train_step.cuh) and the
+// forward-only passes' I/O (gpt2_eval.cuh) belong to their own owners.
+//
+// Batches: the forward runs any batch of B' sequences of T' tokens with B'*T' <= B*T and
+// T' <= T (every activation buffer holds B*T rows; positions restart at 0 in each sequence),
+// the backward a batch of the arena's own shape (B, T).
 //
 // Classifier: the lm-head matmul, the fused softmax / loss / dlogits and the classifier's
 // backward (dlnf = dlogits @ wte, dwte += dlogits^T @ lnf) run chunk by chunk over rows, so only
@@ -15,21 +20,17 @@
 // (one shared buffer; the backward recomputes each from the stored residual it normalized). The
 // recomputation runs the forward's kernels on the forward's inputs, so gradients are bitwise
 // those of recompute 0. Memory and step time of each mode: docs/results.md.
-//
-// One training step (gpt2_step) = copy the step's tokens and per-step values in, zero the
-// gradients and the loss, forward + backward for each of grad_accum micro-batches (gradients
-// summed), global gradient norm, AdamW (with clipping), and an async copy of loss and norm to
-// pinned host memory. It runs on ctx.stream with no host synchronisation; after one eager
-// warm-up step it is captured into a CUDA graph and replayed (use_graph).
 #pragma once
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "adamw.cuh"
 #include "context.cuh"
 #include "model_file.h"
 #include "precision.cuh"
+
+namespace llmc {
 
 // Rows of logits per classifier chunk: 8192 x Vp keeps the lm-head GEMMs large enough to run
 // near cuBLAS's peak while the buffer stays at 0.8 GB in bf16 (1.6 GB in fp32) for GPT-2's Vp.
@@ -42,12 +43,7 @@ struct GPT2Options {
     int recompute = 0;
     // Rows of logits the classifier works on at once (capped at B*T).
     int classifier_chunk_rows = kDefaultClassifierChunkRows;
-    // Ranks the optimizer state is divided over (ZeRO-1; 1 = the whole state here). Set by
-    // gpt2_create from its MultiGpu; given here for gpt2_memory_plan.
-    int zero_shards = 1;
 };
-
-struct MultiGpu;  // multi_gpu.cuh
 
 // One activation per layer: layer l's slice starts at base + l * stride (elements). stride is
 // the slice rounded up to 256 bytes, so every slice starts on a 256-byte boundary like a buffer
@@ -80,7 +76,7 @@ struct GPT2Activations {
     float* lnf_mean;              // (N)
     float* lnf_rstd;              // (N)
     floatX* logits;               // (chunk_rows, Vp) one chunk; dlogits after the classifier
-    floatX* lnf_row;              // (C)  one position of lnf, aligned (gpt2_forward_logits_row)
+    floatX* lnf_row;              // (C)  one position of lnf, aligned (gpt2_eval.cuh's logits row)
     floatX* logits_row;           // (Vp) the logits of that position
     float* losses;                // (N)
     floatX* proj_out;             // (N, C)     output of a projection before its residual add
@@ -96,59 +92,23 @@ struct GPT2Activations {
     void* att_scratch;
     void* enc_scratch;
     void* ln_scratch;
-    void* norm_scratch;
-};
-
-// Device memory of a model, by part, in bytes (gpt2_memory_plan).
-struct GPT2MemoryPlan {
-    size_t params = 0, grads = 0, optimizer = 0, activations = 0, other = 0;
-    // Allocated while running, outside the model's buffers: the cuBLASLt autotuner's random
-    // operands (at most the classifier's rows x Vp dlogits and two copies of dwte) and what
-    // cuBLASLt and the CUDA graph take.
-    size_t reserve = 0;
-    // Activation buffers grouped by name, largest first.
-    std::vector<std::pair<std::string, size_t>> activation_parts;
-    size_t total() const { return params + grads + optimizer + activations + other + reserve; }
-};
-
-struct GPT2StepIO {  // pinned host memory shared with the device copies of one step
-    int* tokens;     // (grad_accum, 2, N): inputs then targets of each micro-batch
-    AdamWStepValues* step_values;
-    float* results;  // [0] mean loss of the step, [1] squared gradient norm
+    void* norm_scratch;  // the optimizer's global gradient norm (global_norm_scratch_bytes)
 };
 
 struct GPT2 {
-    llmc::GPT2Config cfg;
-    llmc::ParamLayout layout;
-    int B = 0, T = 0, grad_accum = 1;
+    GPT2Config cfg;
+    ParamLayout layout;
     GPT2Options opts;
+    int B = 0, T = 0;    // the batch shape the activation arena was sized for
     int chunk_rows = 0;  // rows per classifier chunk: min(opts.classifier_chunk_rows, B*T)
     size_t num_params = 0;
-    floatX* params = nullptr;    // one allocation
-    floatX* grads = nullptr;     // one allocation
-    float* opt_state = nullptr;  // m, v (and master in bf16): one allocation
-    size_t opt_elems = 0;        // elements of each of m, v, master: num_params, or the shard's
-    float *adam_m = nullptr, *adam_v = nullptr, *master = nullptr;
-    floatX* param[llmc::kNumParamTensors];
-    floatX* grad[llmc::kNumParamTensors];
+    floatX* params = nullptr;  // one allocation
+    floatX* grads = nullptr;   // one allocation
+    floatX* param[kNumParamTensors];
+    floatX* grad[kNumParamTensors];
     void* act_memory = nullptr;
     size_t act_bytes = 0;
     GPT2Activations acts{};
-    int* d_tokens = nullptr;  // device copy of io.tokens
-    AdamWStepValues* d_step_values = nullptr;
-    float* d_results = nullptr;  // [0] loss, [1] squared norm
-    GPT2StepIO io{};
-    AdamWTensors tensors{};
-    AdamWHyper hyper{};
-    cudaGraphExec_t graph = nullptr;
-    bool warmed_up = false;
-    // With kBranchZeroing (context.cuh): the branch's mark after this micro-step's memsets, which
-    // ctx.stream waits for before the first write they precede; null otherwise (gpt2_step.cu).
-    cudaEvent_t zeroed = nullptr;
-    // Data parallel (multi_gpu.cuh), null on one GPU. reduce_grads: the backward hands each
-    // finished gradient group to it (set by the step for the last micro-step only).
-    MultiGpu* dist = nullptr;
-    bool reduce_grads = false;
 
     GPT2() = default;
     GPT2(const GPT2&) = delete;
@@ -156,7 +116,41 @@ struct GPT2 {
     ~GPT2();
 };
 
-// Whether this build runs the model `cfg` at micro-batches of (B, T): the config is valid, B >= 1,
+// One batch in device memory: B sequences of T tokens, inputs and targets (B*T ids below V
+// each), targets[i] the token that follows inputs[i].
+struct GPT2Batch {
+    const int* inputs = nullptr;
+    const int* targets = nullptr;
+    int B = 0, T = 0;
+};
+
+// What a forward does besides the per-position losses it leaves in acts.losses.
+struct GPT2ForwardArgs {
+    // With d_loss (device): *d_loss += loss_scale * (the sum of the B*T positions' losses).
+    float* d_loss = nullptr;
+    float loss_scale = 1.0f;
+    // Also the classifier's backward of loss_scale * (the sum of the losses): dlnf into
+    // acts.dln and dwte += dlogits^T @ lnf (accumulates), ready for gpt2_backward.
+    bool backward_classifier = false;
+    // ctx.stream waits for this branch mark before its first write to the gradients or
+    // *d_loss (the training step zeroes them on the graph branch); null: nothing to wait for.
+    cudaEvent_t zeroed = nullptr;
+    // An (B*T, Vp) device buffer that receives every chunk's logits (tests; not with
+    // backward_classifier, which overwrites them with dlogits).
+    floatX* logits_copy = nullptr;
+};
+
+// Told by gpt2_backward as each group of gradients becomes final on ctx.stream, in this order:
+// group L (lnfw, lnfb), then group l for l = L-1 down to 0 (layer l's twelve slices), then group
+// L+1 (wte, wpe); llmc::grad_group_slices (shard_map.h) lists each group's slices. The
+// multi-GPU reducer (multi_gpu.cuh) implements it to start each group's reduction at once.
+class GradReadyHook {
+  public:
+    virtual ~GradReadyHook() = default;
+    virtual void grads_ready(const Context& ctx, int group) = 0;
+};
+
+// Whether this build runs the model `cfg` at batches of (B, T): the config is valid, B >= 1,
 // 1 <= T <= maxT, the head size is one the attention kernels take, C fits the layernorm
 // backward, and every tensor index fits in an int. Otherwise false with one sentence (what to
 // change) in *why. Every other kernel precondition holds for such a shape: the activation
@@ -166,68 +160,34 @@ struct GPT2 {
 // bytes in fp32 (C % 4 == 0 is required there), so the parameter and gradient arenas stay
 // packed for files, AdamW, the norm, ZeRO chunks and NCCL; kernels that vectorize check the
 // alignment of what they get and fall back to scalar code otherwise.
-bool gpt2_shape_supported(const llmc::GPT2Config& cfg, int B, int T, std::string* why);
+bool gpt2_shape_supported(const GPT2Config& cfg, int B, int T, std::string* why);
 
-// Allocates everything for micro-batches of (B, T) with grad_accum micro-steps per step and
-// uploads `host_params` (fp32, model-file layout). Refuses, with the sizes and what to change,
-// a model that does not fit in the free device memory. With `dist` (more than one process) the
-// step reduces gradients over the ranks; with dist->zero == 1 the optimizer state is only this
-// rank's shard (dist->shard).
-void gpt2_create(const Context& ctx, GPT2* model, const llmc::GPT2Config& cfg,
-                 const std::vector<float>& host_params, int B, int T, int grad_accum,
-                 const AdamWHyper& hyper, const GPT2Options& opts = GPT2Options(),
-                 MultiGpu* dist = nullptr);
+// Allocates the parameters (uploading `host_params`, fp32 in the model-file layout, rounded to
+// floatX), the gradients (zeroed) and the activation arena for batches of (B, T). Exits with
+// one sentence (the sizes and what to change) when an allocation fails.
+void gpt2_create(const Context& ctx, GPT2* model, const GPT2Config& cfg,
+                 const std::vector<float>& host_params, int B, int T,
+                 const GPT2Options& opts = GPT2Options());
 
-// The device memory gpt2_create would allocate, by part, without allocating anything.
-GPT2MemoryPlan gpt2_memory_plan(const Context& ctx, const llmc::GPT2Config& cfg, int B, int T,
-                                int grad_accum, const GPT2Options& opts);
-// The largest micro-batch B (up to max_B) whose plan fits in `bytes`; 0 when not even B = 1.
-int gpt2_largest_batch(const Context& ctx, const llmc::GPT2Config& cfg, int T, int grad_accum,
-                       const GPT2Options& opts, size_t bytes, int max_B);
-// Prints the plan: each part in MiB and the largest activations.
-void gpt2_print_memory_plan(const GPT2MemoryPlan& plan, FILE* out);
+// Bytes of the activation arena gpt2_create would allocate, without allocating; with `parts`,
+// also the buffers grouped by name (unsorted).
+size_t gpt2_activation_bytes(const Context& ctx, const GPT2Config& cfg, int B, int T,
+                             const GPT2Options& opts,
+                             std::vector<std::pair<std::string, size_t>>* parts = nullptr);
+// Rows per classifier chunk at batches of (B, T).
+int gpt2_classifier_chunk_rows(const GPT2Options& opts, int B, int T);
 
-// Forward on inputs/targets already in device memory (B*T each), chunk by chunk through the
-// classifier: per-position losses in acts.losses; *d_loss (device) += mean loss * loss_scale.
-// With backward_classifier also the classifier's backward: dlnf into acts.dln and
-// dwte += dlogits^T @ lnf (accumulates), ready for gpt2_backward. logits_copy, when given, is
-// an (N, Vp) device buffer that receives every chunk's logits (tests; not with
-// backward_classifier, which overwrites them with dlogits).
-void gpt2_forward(const Context& ctx, GPT2* model, const int* d_inputs, const int* d_targets,
-                  float* d_loss, float loss_scale, bool backward_classifier,
-                  floatX* logits_copy = nullptr);
+// Forward of `batch` (which must fit the arena, see the top of this file), chunk by chunk
+// through the classifier: per-position losses in acts.losses, and what `args` asks for.
+void gpt2_forward(const Context& ctx, GPT2* model, const GPT2Batch& batch,
+                  const GPT2ForwardArgs& args);
 
-// Backward of the last gpt2_forward (run with backward_classifier), from the dlnf it left;
-// gradients accumulate (+=).
-void gpt2_backward(const Context& ctx, GPT2* model, const int* d_inputs);
-
-// Enqueues one whole training step on ctx.stream using io.tokens and io.step_values, which
-// the caller fills before the call. With use_graph the step runs from a CUDA graph (captured on
-// the first call after one eager warm-up step). Returns without synchronising; the results
-// land in io.results once the stream reaches the end of the step.
-void gpt2_step(const Context& ctx, GPT2* model, bool use_graph);
-// Drops the captured graph, so that the next gpt2_step with use_graph captures the step again
-// (after a change that capture must see, such as a profiler starting to trace).
-void gpt2_reset_graph(GPT2* model);
-
-// Forward-only evaluation of one batch held in io.tokens (micro-batch 0); synchronises and
-// returns the mean loss. logits_copy: as in gpt2_forward.
-float gpt2_eval_loss(const Context& ctx, GPT2* model, floatX* logits_copy = nullptr);
-
-// Per-position losses for evaluation (llmc/hellaswag.h): the forward of io.tokens' micro-batch 0
-// viewed as `rows` sequences of `row_len` tokens (rows * row_len <= B*T, row_len <= T; inputs in
-// the first rows * row_len ints of the micro-batch's inputs, targets likewise, all below V), as
-// gpt2_forward_logits_row runs on fewer rows; host_losses receives the rows * row_len losses
-// -log p(target). Outside the step's graph; synchronises; B and T are the model's again after.
-void gpt2_position_losses(const Context& ctx, GPT2* model, int rows, int row_len,
-                          float* host_losses);
-
-// Sampling: the forward of sequence 0 of io.tokens' micro-batch 0 alone (its T inputs and
-// targets, which must be token ids below V), then the logits of one position only,
-// lnf[pos] @ wte^T, whose V values land in host_out as fp32; synchronises. Outside the step's
-// graph: the activations and io.tokens are left for the next step to overwrite, as
-// gpt2_eval_loss leaves them.
-void gpt2_forward_logits_row(const Context& ctx, GPT2* model, int pos, float* host_out);
+// Backward of the last gpt2_forward (run on `batch`, of the arena's shape, with
+// backward_classifier), from the dlnf it left; gradients accumulate (+=). `zeroed`: the branch
+// mark after which dresidual is zero (the training step's zeroing on the branch); null: the
+// backward zeroes it on ctx.stream. `hook`, when given, hears of each finished gradient group.
+void gpt2_backward(const Context& ctx, GPT2* model, const GPT2Batch& batch, cudaEvent_t zeroed,
+                   GradReadyHook* hook);
 
 // Copies parameters (as fp32, model-file layout) back to the host.
 void gpt2_download_params(const Context& ctx, const GPT2& model, std::vector<float>* out);
@@ -235,4 +195,6 @@ void gpt2_download_params(const Context& ctx, const GPT2& model, std::vector<flo
 void gpt2_download_grads(const Context& ctx, const GPT2& model, std::vector<float>* out);
 
 // Training FLOPs per token, forward + backward: 6 * params + 12 * L * C * T (attention).
-double gpt2_flops_per_token(const llmc::GPT2Config& cfg, int T);
+double gpt2_flops_per_token(const GPT2Config& cfg, int T);
+
+}  // namespace llmc

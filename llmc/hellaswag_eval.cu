@@ -4,14 +4,15 @@
 #include <cstdlib>
 
 #include "hellaswag_eval.cuh"
-#include "multi_gpu.cuh"
 #include "nvtx.h"
 
-using namespace llmc;
+namespace llmc {
 
 void hellaswag_eval_init(const std::string& path, const GPT2Config& cfg, int B, int T, int rank,
                          int world, HellaSwagEval* ev) {
     ev->path = path;
+    ev->B = B;
+    ev->T = T;
     read_eval_file(path, &ev->examples);
     eval_rank_range((int)ev->examples.size(), rank, world, &ev->begin, &ev->end);
     // The attention kernels put the (row, head) pairs in a grid dimension of at most 65535.
@@ -28,9 +29,9 @@ void hellaswag_eval_init(const std::string& path, const GPT2Config& cfg, int B, 
 namespace {
 
 // LLMC_HELLASWAG_LOSSES=PREFIX: each evaluation writes PREFIX_SSSSSSSS.txt
-// (PREFIX_SSSSSSSS.rankR.txt with several ranks), a line per example in scripts/hellaswag_ref.py
-// --losses's format: index, label, the mean-loss and summed-loss predictions, the K mean losses,
-// the K summed losses.
+// (PREFIX_SSSSSSSS.rankR.txt with several ranks), a line per example in the format of
+// scripts/ref/hellaswag_ref.py --losses: index, label, the mean-loss and summed-loss predictions,
+// the K mean losses, the K summed losses.
 void write_losses(const HellaSwagEval& ev, const EvalLosses& losses,
                   const std::vector<int>& predicted, int step, int rank) {
     const char* prefix = std::getenv("LLMC_HELLASWAG_LOSSES");
@@ -59,34 +60,36 @@ void write_losses(const HellaSwagEval& ev, const EvalLosses& losses,
 
 }  // namespace
 
-HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* m, const HellaSwagEval& ev, int step) {
+HellaSwagResult hellaswag_evaluate(const Context& ctx, GPT2* m, EvalIO* io, const HellaSwagEval& ev,
+                                   int step, MultiGpu* dist) {
     NvtxRange range("hellaswag");
     const auto t0 = std::chrono::steady_clock::now();
-    const size_t N = (size_t)m->B * m->T;
-    const std::vector<int> train_batch(m->io.tokens, m->io.tokens + 2 * N);
+    LLMC_CHECK(io->B == ev.B && io->T == ev.T,
+               "hellaswag_evaluate: the buffer is %d x %d, the plan's batches %d x %d", io->B,
+               io->T, ev.B, ev.T);
+    const size_t N = (size_t)io->B * io->T;
     EvalLosses losses;
     eval_losses_init(ev.examples, &losses);
     std::vector<float> position_losses(N);
     for (const EvalBatch& batch : ev.batches) {
-        fill_eval_batch(ev.examples, batch, m->B, m->T, m->io.tokens, m->io.tokens + N);
+        fill_eval_batch(ev.examples, batch, io->B, io->T, io->inputs(), io->targets());
         const int rows = (int)(N / batch.row_len);
-        gpt2_position_losses(ctx, m, rows, batch.row_len, position_losses.data());
+        gpt2_position_losses(ctx, m, io, rows, batch.row_len, position_losses.data());
         eval_losses_add(ev.examples, batch, position_losses.data(), &losses);
     }
-    std::copy(train_batch.begin(), train_batch.end(), m->io.tokens);
     HellaSwagResult r;
     std::vector<int> predicted;
     r.score = eval_score(ev.examples, losses, ev.begin, ev.end, &predicted);
-    write_losses(ev, losses, predicted, step, m->dist != nullptr ? m->dist->env.rank : -1);
-    if (m->dist != nullptr) {
+    write_losses(ev, losses, predicted, step, dist != nullptr ? dist->env.rank : -1);
+    if (dist != nullptr) {
         // Counts up to 65535 are exact in float.
-        r.score.examples =
-            (int)multi_gpu_host_reduce(ctx, m->dist, (float)r.score.examples, kNcclSum);
-        r.score.correct =
-            (int)multi_gpu_host_reduce(ctx, m->dist, (float)r.score.correct, kNcclSum);
+        r.score.examples = (int)multi_gpu_host_reduce(ctx, dist, (float)r.score.examples, kNcclSum);
+        r.score.correct = (int)multi_gpu_host_reduce(ctx, dist, (float)r.score.correct, kNcclSum);
         r.score.correct_sum =
-            (int)multi_gpu_host_reduce(ctx, m->dist, (float)r.score.correct_sum, kNcclSum);
+            (int)multi_gpu_host_reduce(ctx, dist, (float)r.score.correct_sum, kNcclSum);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }
+
+}  // namespace llmc

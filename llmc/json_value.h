@@ -1,5 +1,5 @@
 // json_value.h: a small JSON reader (RFC 8259) that builds a tree of one JSON text, for the
-// tools that read records of a few fields (dev/prepare_hellaswag.cpp reads HellaSwag's JSONL
+// tools that read records of a few fields (dev/tools/prepare_hellaswag.cpp reads HellaSwag's JSONL
 // with it). Strings are decoded to UTF-8 (escapes, \u surrogate pairs; a lone surrogate becomes
 // U+FFFD); numbers keep their value as a double. Host-only C++, no dependencies.
 //

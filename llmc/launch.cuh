@@ -16,6 +16,8 @@
 
 #include "context.cuh"
 
+namespace llmc {
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -41,6 +43,8 @@ void launch_kernel(const Context& ctx, cudaStream_t stream, void (*kernel)(Param
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = ctx.pdl ? attr : nullptr;
     config.numAttrs = ctx.pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-    CUDA_CHECK_LAST();
+    LLMC_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+    LLMC_CUDA_CHECK_LAST();
 }
+
+}  // namespace llmc

@@ -37,6 +37,8 @@
 #include "layernorm.cuh"
 #include "nvtx.h"
 
+namespace llmc {
+
 namespace {
 
 constexpr int kForwardWarps = 8;  // rows per block in the forward
@@ -790,3 +792,5 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                   reduce_blocks, dim3(kReduceCols, kReduceGroups), 0, dweight, dbias, dres_bias,
                   partials, shape.blocks, C, sums);
 }
+
+}  // namespace llmc

@@ -21,6 +21,8 @@
 #include "context.cuh"
 #include "precision.cuh"
 
+namespace llmc {
+
 void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
 
@@ -38,3 +40,5 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
                         const float* mean, const float* rstd, int N, int C,
                         floatX* dres_bias = nullptr, bool reduce_on_branch = false);
+
+}  // namespace llmc

@@ -12,10 +12,31 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <tuple>
 
 #include "device_utils.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
+
+namespace llmc {
+
+namespace {
+
+// Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
+// alignment the chosen algorithm may assume.
+struct MatmulKey {
+    int m, n, k, lda, ldb, ldc, ldaux, batch;
+    long long stride_a, stride_b, stride_c;
+    int transa, transb, epilogue, align;
+    bool operator<(const MatmulKey& o) const {
+        return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c, transa,
+                        transb, epilogue, align) <
+               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch, o.stride_a,
+                        o.stride_b, o.stride_c, o.transa, o.transb, o.epilogue, o.align);
+    }
+};
 
 struct MatmulPlan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -23,19 +44,26 @@ struct MatmulPlan {
     cublasLtMatmulAlgo_t algo{};
 };
 
-void matmul_plans_destroy(const Context& ctx) {
-    for (auto& kv : ctx.plans) {
-        MatmulPlan* p = kv.second;
-        cublasLtMatrixLayoutDestroy(p->a);
-        cublasLtMatrixLayoutDestroy(p->b);
-        cublasLtMatrixLayoutDestroy(p->c);
-        cublasLtMatmulDescDestroy(p->desc);
-        delete p;
+// The plans of one Context (Context::matmul_cache).
+struct MatmulPlanCache final : ContextCache {
+    std::map<MatmulKey, MatmulPlan*> plans;
+    int autotune_skipped = 0;  // plans left untuned for want of memory
+    ~MatmulPlanCache() override {
+        for (auto& kv : plans) {
+            MatmulPlan* p = kv.second;
+            cublasLtMatrixLayoutDestroy(p->a);
+            cublasLtMatrixLayoutDestroy(p->b);
+            cublasLtMatrixLayoutDestroy(p->c);
+            cublasLtMatmulDescDestroy(p->desc);
+            delete p;
+        }
     }
-    ctx.plans.clear();
-}
+};
 
-namespace {
+MatmulPlanCache& plan_cache(const Context& ctx) {
+    if (ctx.matmul_cache == nullptr) ctx.matmul_cache = std::make_unique<MatmulPlanCache>();
+    return static_cast<MatmulPlanCache&>(*ctx.matmul_cache);
+}
 
 // Largest power of two (up to 256) dividing the address and the batch stride in bytes: the
 // alignment a plan may assume. Part of the plan key, so unaligned views get their own plan.
@@ -47,11 +75,11 @@ int alignment_of(const void* ptr, long long stride_bytes) {
 
 cublasLtMatrixLayout_t make_layout(int rows, int cols, int ld, int batch, long long stride) {
     cublasLtMatrixLayout_t layout;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, kCudaFloatX, rows, cols, ld));
+    LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, kCudaFloatX, rows, cols, ld));
     if (batch > 1) {
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                      &batch, sizeof(batch)));
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+        LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
             layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     }
     return layout;
@@ -84,25 +112,25 @@ constexpr int kMaxCandidates = 8;
 MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
                        cublasLtMatmulHeuristicResult_t* candidates, int* num_candidates) {
     MatmulPlan* p = new MatmulPlan();
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute_type(ctx), CUDA_R_32F));
+    LLMC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute_type(ctx), CUDA_R_32F));
     cublasOperation_t ta = key.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = key.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(
+    LLMC_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(
+    LLMC_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     cublasLtEpilogue_t epi = static_cast<cublasLtEpilogue_t>(key.epilogue);
-    CUBLAS_CHECK(
+    LLMC_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (epi == CUBLASLT_EPILOGUE_BGRADB) {
         cudaDataType_t bt = kBiasGradType;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                    &bt, sizeof(bt)));
+        LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     }
     if (key.ldaux > 0) {
         int64_t ld = key.ldaux;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                    &ld, sizeof(ld)));
+        LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
     }
     p->a = key.transa ? make_layout(key.k, key.m, key.lda, key.batch, key.stride_a)
                       : make_layout(key.m, key.k, key.lda, key.batch, key.stride_a);
@@ -111,15 +139,15 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
     p->c = make_layout(key.m, key.n, key.ldc, key.batch, key.stride_c);
 
     cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    LLMC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    LLMC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.lt_workspace_bytes,
         sizeof(ctx.lt_workspace_bytes)));
     uint32_t align = static_cast<uint32_t>(key.align);
     for (auto attr :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+        LLMC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
     }
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
@@ -162,11 +190,11 @@ struct LtCall {
 
 void set_epilogue_pointers(MatmulPlan* p, const LtCall& c) {
     if (c.bias != nullptr) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &c.bias, sizeof(c.bias)));
+        LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &c.bias, sizeof(c.bias)));
     }
     if (c.aux != nullptr) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux)));
     }
 }
@@ -256,20 +284,20 @@ TuneShape tune_shape(const LtCall& c) {
 // A hash of every output of one run of `c` (synchronizes).
 uint64_t outputs_hash(const Context& ctx, const LtCall& c, const TuneShape& s,
                       unsigned long long* d_hash) {
-    CUDA_CHECK(cudaMemsetAsync(d_hash, 0, sizeof(*d_hash), ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemsetAsync(d_hash, 0, sizeof(*d_hash), ctx.stream));
     auto add = [&](const void* p, size_t bytes, uint64_t salt) {
         const size_t n = bytes / 2;
         const int blocks = (int)std::min<size_t>((n + 255) / 256, 4 * (size_t)ctx_num_sms(ctx));
         hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p), n, salt,
                                                           d_hash);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
     };
     add(c.D, s.d * sizeof(floatX), 1);
     if (s.aux_out) add(c.aux, s.aux * sizeof(floatX), 2);
     if (s.bias_out) add(c.bias, (size_t)c.n * sizeof(BiasGradT), 3);
     unsigned long long h = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&h, d_hash, sizeof(h), cudaMemcpyDeviceToHost, ctx.stream));
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaMemcpyAsync(&h, d_hash, sizeof(h), cudaMemcpyDeviceToHost, ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     return h;
 }
 
@@ -278,11 +306,11 @@ float time_candidate(const Context& ctx, const MatmulPlan* p, const LtCall& c,
                      const cublasLtMatmulAlgo_t* algo, cudaEvent_t start, cudaEvent_t stop) {
     float times[5];
     for (float& t : times) {
-        CUDA_CHECK(cudaEventRecord(start, ctx.stream));
-        CUBLAS_CHECK(run_algo(ctx, p, c, algo));
-        CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        LLMC_CUDA_CHECK(cudaEventRecord(start, ctx.stream));
+        LLMC_CUBLAS_CHECK(run_algo(ctx, p, c, algo));
+        LLMC_CUDA_CHECK(cudaEventRecord(stop, ctx.stream));
+        LLMC_CUDA_CHECK(cudaEventSynchronize(stop));
+        LLMC_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
     }
     std::sort(times, times + 5);
     return times[2];
@@ -300,11 +328,11 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
               const cublasLtMatmulHeuristicResult_t* candidates, int count) {
     const cudaStream_t stream = stream_for(ctx, c.on_branch);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    LLMC_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (count < 2 || capture != cudaStreamCaptureStatusNone) return;
     // Everything below runs on ctx.stream. A call bound for the branch stream first lets that
     // stream drain (its earlier work may write D), and the real call waits for the tuning's end.
-    if (c.on_branch) CUDA_CHECK(cudaDeviceSynchronize());
+    if (c.on_branch) LLMC_CUDA_CHECK(cudaDeviceSynchronize());
     const TuneShape s = tune_shape(c);
     const bool accumulate = c.beta != 0.0f;
     void *random = nullptr, *d_init = nullptr, *d_saved = nullptr, *d_hash = nullptr;
@@ -317,12 +345,12 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
     if (ok) {
         const int grid = 4 * ctx_num_sms(ctx);
         fill_uniform_kernel<<<grid, 256, 0, ctx.stream>>>(static_cast<floatX*>(random), s.in, 1);
-        CUDA_CHECK_LAST();
+        LLMC_CUDA_CHECK_LAST();
         if (accumulate) {
             fill_uniform_kernel<<<grid, 256, 0, ctx.stream>>>(static_cast<floatX*>(d_init), s.d, 2);
-            CUDA_CHECK_LAST();
-            CUDA_CHECK(cudaMemcpyAsync(d_saved, c.D, s.d * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                       ctx.stream));
+            LLMC_CUDA_CHECK_LAST();
+            LLMC_CUDA_CHECK(cudaMemcpyAsync(d_saved, c.D, s.d * sizeof(floatX),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
         }
         LtCall t = c;
         t.on_branch = false;
@@ -332,8 +360,8 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         set_epilogue_pointers(p, t);
         auto run_once = [&](int i) {
             if (accumulate) {
-                CUDA_CHECK(cudaMemcpyAsync(t.D, d_init, s.d * sizeof(floatX),
-                                           cudaMemcpyDeviceToDevice, ctx.stream));
+                LLMC_CUDA_CHECK(cudaMemcpyAsync(t.D, d_init, s.d * sizeof(floatX),
+                                                cudaMemcpyDeviceToDevice, ctx.stream));
             }
             return run_algo(ctx, p, t, &candidates[i].algo) == CUBLAS_STATUS_SUCCESS;
         };
@@ -342,8 +370,8 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         if (run_once(0)) {
             const uint64_t reference = outputs_hash(ctx, t, s, hash);
             cudaEvent_t start, stop;
-            CUDA_CHECK(cudaEventCreate(&start));
-            CUDA_CHECK(cudaEventCreate(&stop));
+            LLMC_CUDA_CHECK(cudaEventCreate(&start));
+            LLMC_CUDA_CHECK(cudaEventCreate(&stop));
             float best_ms = time_candidate(ctx, p, t, &candidates[0].algo, start, stop);
             for (int i = 1; i < count; i++) {
                 if (!run_once(i) || outputs_hash(ctx, t, s, hash) != reference) continue;
@@ -351,8 +379,8 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
                 const float ms = time_candidate(ctx, p, t, &candidates[i].algo, start, stop);
                 if (ms < best_ms) best_ms = ms, best = i;
             }
-            CUDA_CHECK(cudaEventDestroy(start));
-            CUDA_CHECK(cudaEventDestroy(stop));
+            LLMC_CUDA_CHECK(cudaEventDestroy(start));
+            LLMC_CUDA_CHECK(cudaEventDestroy(stop));
             p->algo = candidates[best].algo;
         }
         if (std::getenv("LLMC_AUTOTUNE_LOG") != nullptr) {
@@ -362,19 +390,19 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
                          c.m, c.n, c.k, c.batch, (int)c.epilogue, same, count - 1, best);
         }
         if (accumulate) {
-            CUDA_CHECK(cudaMemcpyAsync(c.D, d_saved, s.d * sizeof(floatX), cudaMemcpyDeviceToDevice,
-                                       ctx.stream));
+            LLMC_CUDA_CHECK(cudaMemcpyAsync(c.D, d_saved, s.d * sizeof(floatX),
+                                            cudaMemcpyDeviceToDevice, ctx.stream));
         }
-    } else if (ctx.autotune_skipped++ == 0) {
+    } else if (plan_cache(ctx).autotune_skipped++ == 0) {
         std::fprintf(stderr,
                      "note: too little free device memory to autotune a %d x %d x %d product; it "
                      "keeps cuBLASLt's first candidate (the same results, maybe slower)\n",
                      c.m, c.n, c.k);
     }
     for (void* q : {random, d_init, d_saved, d_hash}) {
-        if (q != nullptr) CUDA_CHECK(cudaFreeAsync(q, ctx.stream));
+        if (q != nullptr) LLMC_CUDA_CHECK(cudaFreeAsync(q, ctx.stream));
     }
-    if (c.on_branch) CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    if (c.on_branch) LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
 void lt_matmul(const Context& ctx, const LtCall& c) {
@@ -385,20 +413,21 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     MatmulKey key{c.m,        c.n,      c.k,      c.lda,      c.ldb,
                   c.ldd,      c.ldaux,  c.batch,  c.stride_a, c.stride_b,
                   c.stride_d, c.transa, c.transb, c.epilogue, align};
-    auto it = ctx.plans.find(key);
+    std::map<MatmulKey, MatmulPlan*>& plans = plan_cache(ctx).plans;
+    auto it = plans.find(key);
     MatmulPlan* p = nullptr;
     cublasLtMatmulHeuristicResult_t candidates[kMaxCandidates];
     int count = 0;  // > 0 only when the plan is new: the candidates to time
-    if (it == ctx.plans.end()) {
+    if (it == plans.end()) {
         p = build_plan(ctx, key, candidates, &count);
-        ctx.plans[key] = p;
+        plans[key] = p;
     } else {
         p = it->second;
     }
     if (count > 0 && ctx.autotune) autotune(ctx, p, c, candidates, count);
     // Epilogue pointers change per call (per layer), the rest of the plan does not.
     set_epilogue_pointers(p, c);
-    CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
+    LLMC_CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
 }
 
 // dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum.
@@ -593,3 +622,5 @@ void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, cons
     c.alpha = alpha, c.beta = beta;
     lt_matmul(ctx, c);
 }
+
+}  // namespace llmc

@@ -22,11 +22,14 @@
 //                    op(A_i) is (M, K): A_i stored (M, K) row-major with row stride lda, or
 //                    (K, M) when trans_a. op(B_i) is (K, N): B_i stored (K, N), or (N, K) when
 //                    trans_b. Pointers advance by stride_a/b/c elements per batch.
-// Plans (descriptors, layouts, chosen algorithm) are cached per shape in the Context. In the
+// Plans (descriptors, layouts, chosen algorithm) are cached per shape in the Context (its
+// matmul_cache, which only matmul.cu reads). In the
 // fp32 build ctx.tf32 selects TF32 tensor cores (PyTorch's 'high').
 #pragma once
 #include "context.cuh"
 #include "precision.cuh"
+
+namespace llmc {
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
@@ -58,3 +61,5 @@ void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, cons
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,
                             long long stride_a, long long stride_b, long long stride_c, int batch,
                             float alpha, float beta);
+
+}  // namespace llmc

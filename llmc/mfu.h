@@ -4,6 +4,8 @@
 #pragma once
 #include <cstring>
 
+namespace llmc {
+
 struct DevicePeak {
     const char* name_part;  // matched against cudaDeviceProp::name
     double bf16, tf32, fp32;
@@ -28,3 +30,5 @@ inline double device_peak_tflops(const char* device_name, const char* precision)
     }
     return 0.0;
 }
+
+}  // namespace llmc

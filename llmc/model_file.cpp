@@ -312,7 +312,7 @@ void read_trailer(std::FILE* f, long long remaining, const std::string& path, De
     read_exact(f, &version, sizeof(int), "trailer version", path);
     LLMC_CHECK(version == 2 || version == 3,
                "debug state '%s' has trailer version %d; this build reads versions 1 to %d, so "
-               "rewrite the state with this checkout's scripts/train_gpt2.py --write-state.",
+               "rewrite the state with this checkout's scripts/ref/train_gpt2.py --write-state.",
                path.c_str(), version, kTrailerVersion);
     const long long want = version == 2 ? v2 : v3;
     LLMC_CHECK(remaining == want,

@@ -16,13 +16,13 @@
 // losses[k] is the loss of the forward pass after k AdamW updates on the same batch (so
 // losses[0] == loss); each update clips the global gradient norm to grad_clip as PyTorch's
 // clip_grad_norm_ does, and decays only the 2-D weights.
-// Trailer version 2 (scripts/train_gpt2.py writes it; version 1 is the above alone) appends
+// Trailer version 2 (scripts/ref/train_gpt2.py writes it; version 1 is the above alone) appends
 //   int32 trailer_version (2); float baseline[kNumBaselines]
 // PyTorch's own bf16 error on the same batch: the run under torch.autocast(bfloat16) against the
 // fp32 run, in the order logits (||a - f|| / ||f||), loss (|a - f|), the 16 gradients in file
 // order (||a - f|| / ||f||), step losses (max over k of |a_k - f_k|, a and f each running its
 // own n_steps AdamW steps). The bf16 test_gpt2cu sets its thresholds from these.
-// Trailer version 3 (written by scripts/train_gpt2.py since; versions 1 and 2 are still read)
+// Trailer version 3 (written by scripts/ref/train_gpt2.py since; versions 1 and 2 are still read)
 // has trailer_version 3, the same kNumBaselines floats, then
 //   int32 reference_bits (32 or 64: the float width of the run that wrote logits, loss,
 //         gradients and step losses); int32 tf32_source (0: no TF32 baseline, 1: measured with

@@ -11,7 +11,7 @@
 #include "multi_gpu.cuh"
 #include "nvtx.h"
 
-using namespace llmc;
+namespace llmc {
 
 namespace {
 
@@ -81,26 +81,26 @@ void multi_gpu_init(MultiGpu* d, const Context& ctx, const DistEnv& env,
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     LLMC_CHECK(nccl_load(&d->nccl, &why), "%s.", why.c_str());
     NcclUniqueId id{};
-    if (env.rank == 0) NCCL_CHECK(d->nccl, d->nccl.GetUniqueId(&id));
+    if (env.rank == 0) LLMC_NCCL_CHECK(d->nccl, d->nccl.GetUniqueId(&id));
     LLMC_CHECK(bootstrap_share_id(env, bootstrap, fingerprint,
                                   reinterpret_cast<uint8_t*>(id.internal), &why),
                "%s.", why.c_str());
-    CUDA_CHECK(cudaSetDevice(ctx.device));
-    NCCL_CHECK(d->nccl, d->nccl.CommInitRank(&d->comm, env.world_size, id, env.rank));
+    LLMC_CUDA_CHECK(cudaSetDevice(ctx.device));
+    LLMC_NCCL_CHECK(d->nccl, d->nccl.CommInitRank(&d->comm, env.world_size, id, env.rank));
     bootstrap_cleanup(env, bootstrap);
     // The gradient reduction runs beside the backward: a higher priority lets its small
     // kernels start as soon as a group is ready rather than after the queued compute.
     int least = 0, greatest = 0;
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
+    LLMC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    LLMC_CUDA_CHECK(cudaStreamCreateWithPriority(&d->comm_stream, cudaStreamNonBlocking, greatest));
     for (int g = 0; g < grad_group_count(cfg); g++) {
         d->groups.push_back(grad_group_slices(cfg, g));
         cudaEvent_t e;
-        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         d->group_ready.push_back(e);
     }
-    CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaMalloc(&d->d_scratch, 2 * sizeof(float)));
+    LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&d->comm_done, cudaEventDisableTiming));
+    LLMC_CUDA_CHECK(cudaMalloc(&d->d_scratch, 2 * sizeof(float)));
     d->watchdog = std::thread(watchdog_loop, d);
     std::printf(
         "multi-GPU        %d processes (%s), rank %d on device %d, NCCL %d from %s, "
@@ -112,64 +112,64 @@ void multi_gpu_init(MultiGpu* d, const Context& ctx, const DistEnv& env,
 void multi_gpu_grads_ready(const Context& ctx, MultiGpu* d, floatX* grads, int group) {
     NvtxRange range("reduce gradients", group);
     cudaEvent_t ready = d->group_ready[group];
-    CUDA_CHECK(cudaEventRecord(ready, ctx.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(d->comm_stream, ready, 0));
+    LLMC_CUDA_CHECK(cudaEventRecord(ready, ctx.stream));
+    LLMC_CUDA_CHECK(cudaStreamWaitEvent(d->comm_stream, ready, 0));
     const NcclApi& n = d->nccl;
     const int W = d->env.world_size, r = d->env.rank;
-    NCCL_CHECK(n, n.GroupStart());
+    LLMC_NCCL_CHECK(n, n.GroupStart());
     for (const GradSlice& s : d->groups[group]) {
         floatX* base = grads + s.offset;
         if (d->zero == 1) {
             const size_t chunk = s.count / W;
-            NCCL_CHECK(n, n.ReduceScatter(base, base + (size_t)r * chunk, chunk, kFloatX, kNcclAvg,
-                                          d->comm, d->comm_stream));
+            LLMC_NCCL_CHECK(n, n.ReduceScatter(base, base + (size_t)r * chunk, chunk, kFloatX,
+                                               kNcclAvg, d->comm, d->comm_stream));
         } else {
-            NCCL_CHECK(
+            LLMC_NCCL_CHECK(
                 n, n.AllReduce(base, base, s.count, kFloatX, kNcclAvg, d->comm, d->comm_stream));
         }
     }
-    NCCL_CHECK(n, n.GroupEnd());
+    LLMC_NCCL_CHECK(n, n.GroupEnd());
 }
 
 void multi_gpu_join(const Context& ctx, MultiGpu* d) {
-    CUDA_CHECK(cudaEventRecord(d->comm_done, d->comm_stream));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, d->comm_done, 0));
+    LLMC_CUDA_CHECK(cudaEventRecord(d->comm_done, d->comm_stream));
+    LLMC_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream, d->comm_done, 0));
 }
 
 void multi_gpu_all_reduce(const Context& ctx, MultiGpu* d, float* values, size_t n, NcclRedOp op) {
-    NCCL_CHECK(d->nccl,
-               d->nccl.AllReduce(values, values, n, kNcclFloat32, op, d->comm, ctx.stream));
+    LLMC_NCCL_CHECK(d->nccl,
+                    d->nccl.AllReduce(values, values, n, kNcclFloat32, op, d->comm, ctx.stream));
 }
 
 void multi_gpu_all_gather_params(const Context& ctx, MultiGpu* d, floatX* params) {
     NvtxRange range("gather parameters");
     const NcclApi& n = d->nccl;
     const int W = d->env.world_size, r = d->env.rank;
-    NCCL_CHECK(n, n.GroupStart());
+    LLMC_NCCL_CHECK(n, n.GroupStart());
     for (const auto& group : d->groups) {
         for (const GradSlice& s : group) {
             floatX* base = params + s.offset;
             const size_t chunk = s.count / W;
-            NCCL_CHECK(n, n.AllGather(base + (size_t)r * chunk, base, chunk, kFloatX, d->comm,
-                                      ctx.stream));
+            LLMC_NCCL_CHECK(n, n.AllGather(base + (size_t)r * chunk, base, chunk, kFloatX, d->comm,
+                                           ctx.stream));
         }
     }
-    NCCL_CHECK(n, n.GroupEnd());
+    LLMC_NCCL_CHECK(n, n.GroupEnd());
 }
 
 float multi_gpu_host_reduce(const Context& ctx, MultiGpu* d, float value, NcclRedOp op) {
-    CUDA_CHECK(
+    LLMC_CUDA_CHECK(
         cudaMemcpyAsync(d->d_scratch, &value, sizeof(float), cudaMemcpyHostToDevice, ctx.stream));
     multi_gpu_all_reduce(ctx, d, d->d_scratch, 1, op);
     // Wait through multi_gpu_wait (a failed peer ends this rank), then copy: a copy to pageable
     // memory would block in the driver until the collective is done.
     cudaEvent_t done;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    LLMC_CUDA_CHECK(cudaEventRecord(done, ctx.stream));
     multi_gpu_wait(ctx, d, done);
-    CUDA_CHECK(cudaEventDestroy(done));
+    LLMC_CUDA_CHECK(cudaEventDestroy(done));
     float out = 0.0f;
-    CUDA_CHECK(cudaMemcpy(&out, d->d_scratch, sizeof(float), cudaMemcpyDeviceToHost));
+    LLMC_CUDA_CHECK(cudaMemcpy(&out, d->d_scratch, sizeof(float), cudaMemcpyDeviceToHost));
     return out;
 }
 
@@ -187,7 +187,7 @@ void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event) {
     while (true) {
         const cudaError_t q = cudaEventQuery(event);
         if (q == cudaSuccess) return;
-        if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        if (q != cudaErrorNotReady) LLMC_CUDA_CHECK(q);
         // Yield rather than sleep: like the driver's own spin-wait, it returns within
         // microseconds of the step's end (a sleep costs ~60 us of timer slack a step).
         std::this_thread::yield();
@@ -195,7 +195,7 @@ void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event) {
         if (now < next_check) continue;
         next_check = now + std::chrono::milliseconds(10);
         int async = 0;
-        NCCL_CHECK(d->nccl, d->nccl.CommGetAsyncError(d->comm, &async));
+        LLMC_NCCL_CHECK(d->nccl, d->nccl.CommGetAsyncError(d->comm, &async));
         const double waited = std::chrono::duration<double>(now - start).count();
         if (async != 0 || waited > d->timeout_s) {
             // The sentence first, then the abort: with a peer gone, ncclCommAbort (or the CUDA
@@ -229,44 +229,39 @@ void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_loc
     const size_t piece = std::min(local, kGatherPiece);
     const int W = d->env.world_size;
     cudaEvent_t done;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    LLMC_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
     if (d->env.rank != 0) {
         for (size_t o = 0; o < local; o += piece)
-            NCCL_CHECK(n, n.Send(d_local + o, std::min(piece, local - o), kNcclFloat32, 0, d->comm,
-                                 ctx.stream));
-        CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+            LLMC_NCCL_CHECK(n, n.Send(d_local + o, std::min(piece, local - o), kNcclFloat32, 0,
+                                      d->comm, ctx.stream));
+        LLMC_CUDA_CHECK(cudaEventRecord(done, ctx.stream));
         multi_gpu_wait(ctx, d, done);
-        CUDA_CHECK(cudaEventDestroy(done));
+        LLMC_CUDA_CHECK(cudaEventDestroy(done));
         return;
     }
     float* staging = nullptr;
-    CUDA_CHECK(cudaMalloc(&staging, piece * sizeof(float)));
+    LLMC_CUDA_CHECK(cudaMalloc(&staging, piece * sizeof(float)));
     std::vector<float> host(piece);
     for (size_t o = 0; o < local; o += piece) {
         const size_t count = std::min(piece, local - o);
         for (int q = 0; q < W; q++) {
             const float* src = d_local + o;
             if (q != 0) {
-                NCCL_CHECK(n, n.Recv(staging, count, kNcclFloat32, q, d->comm, ctx.stream));
-                CUDA_CHECK(cudaEventRecord(done, ctx.stream));
+                LLMC_NCCL_CHECK(n, n.Recv(staging, count, kNcclFloat32, q, d->comm, ctx.stream));
+                LLMC_CUDA_CHECK(cudaEventRecord(done, ctx.stream));
                 multi_gpu_wait(ctx, d, done);
                 src = staging;
             }
-            CUDA_CHECK(cudaMemcpy(host.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost));
+            LLMC_CUDA_CHECK(
+                cudaMemcpy(host.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost));
             ShardMap of_q = d->shard;
-            of_q.rank = q;
+            of_q.part = q;
             shard_local_to_global(of_q, host.data(), o, count, host_full);
         }
     }
-    CUDA_CHECK(cudaFree(staging));
-    CUDA_CHECK(cudaEventDestroy(done));
+    LLMC_CUDA_CHECK(cudaFree(staging));
+    LLMC_CUDA_CHECK(cudaEventDestroy(done));
 }
 
-void multi_gpu_upload_shard(const Context& ctx, const MultiGpu& d, const float* host_full,
-                            float* d_local) {
-    std::vector<float> local(d.shard.local_total());
-    shard_global_to_local(d.shard, host_full, local.data());
-    CUDA_CHECK(
-        cudaMemcpy(d_local, local.data(), local.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
+}  // namespace llmc

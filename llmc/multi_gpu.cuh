@@ -12,7 +12,7 @@
 //           r * chunk: llmc::ShardMap); each rank updates its chunks (adamw_update_sharded),
 //           then multi_gpu_all_gather_params brings every chunk back (ncclAllGather in place).
 // All of it is stream-ordered work on two streams joined by events, so the whole step stays
-// one CUDA graph. A single-GPU run has no MultiGpu at all (the model's pointer is null): no
+// one CUDA graph. A single-GPU run has no MultiGpu at all (the step's pointer is null): no
 // second stream, no events, no NCCL.
 #pragma once
 #include <cuda_runtime.h>
@@ -23,9 +23,12 @@
 
 #include "context.cuh"
 #include "dist_env.h"
+#include "gpt2.cuh"
 #include "nccl_api.h"
 #include "precision.cuh"
 #include "shard_map.h"
+
+namespace llmc {
 
 struct MultiGpu {
     llmc::DistEnv env;
@@ -83,7 +86,19 @@ void multi_gpu_wait(const Context& ctx, MultiGpu* d, cudaEvent_t event);
 // (ncclSend/ncclRecv, a piece at a time); host_full is untouched on other ranks. Synchronous.
 void multi_gpu_gather_shards(const Context& ctx, MultiGpu* d, const float* d_local,
                              float* host_full);
-// The reverse, without communication: this rank's chunks of host_full (every rank holds the
-// whole array, e.g. read from a checkpoint) uploaded to d_local. Synchronous.
-void multi_gpu_upload_shard(const Context& ctx, const MultiGpu& d, const float* host_full,
-                            float* d_local);
+
+// The backward's gradient-ready hook (gpt2.cuh) over the ranks: each finished group of `grads`
+// is reduced at once (multi_gpu_grads_ready).
+class MultiGpuGradReducer final : public llmc::GradReadyHook {
+  public:
+    MultiGpuGradReducer(MultiGpu* d, floatX* grads) : d_(d), grads_(grads) {}
+    void grads_ready(const Context& ctx, int group) override {
+        multi_gpu_grads_ready(ctx, d_, grads_, group);
+    }
+
+  private:
+    MultiGpu* d_;
+    floatX* grads_;
+};
+
+}  // namespace llmc

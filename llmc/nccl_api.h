@@ -2,7 +2,7 @@
 // the trainer builds without NCCL and a single-GPU run never needs it installed.
 //
 // The types mirror nccl.h's ABI (stable since NCCL 2.x: the enum values, ncclUniqueId's 128
-// bytes, the communicator as an opaque pointer); dev/test_multi_gpu_host checks them against
+// bytes, the communicator as an opaque pointer); dev/test/test_multi_gpu_host checks them against
 // nccl.h when that header is present. The library: $LLMC_NCCL_LIB when set, else libnccl.so.2
 // from the loader's search path (LD_LIBRARY_PATH, ldconfig). NCCL 2.10 or later is required
 // (ncclAvg).

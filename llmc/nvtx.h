@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+namespace llmc {
+
 class NvtxRange {
   public:
     explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
@@ -17,3 +19,5 @@ class NvtxRange {
     NvtxRange(const NvtxRange&) = delete;
     NvtxRange& operator=(const NvtxRange&) = delete;
 };
+
+}  // namespace llmc

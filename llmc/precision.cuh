@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 #include <library_types.h>
 
+namespace llmc {
+
 #if defined(ENABLE_BF16)
 typedef __nv_bfloat16 floatX;
 constexpr cudaDataType_t kCudaFloatX = CUDA_R_16BF;
@@ -33,3 +35,5 @@ template <>
 __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
     return __float2bfloat16_rn(x);
 }
+
+}  // namespace llmc

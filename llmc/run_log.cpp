@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "check.h"
+#include "util.h"
 
 namespace llmc {
 namespace {
@@ -30,23 +31,6 @@ void put_float(std::FILE* f, const char* key, double v, const char* fmt) {
 }
 
 }  // namespace
-
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += (char)c;
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-        } else {
-            out += (char)c;
-        }
-    }
-    return out + "\"";
-}
 
 RunLog::~RunLog() {
     if (file_ != nullptr) std::fclose(file_);

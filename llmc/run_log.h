@@ -14,7 +14,7 @@
 // period_ms the wall clock since the previous record, so the host's work between steps too
 // (data, launch, the wait, printing, logging; and validation, samples and checkpoints where they
 // ran).
-// scripts/plot.py draws these files.
+// scripts/run/plot.py draws these files.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -57,8 +57,5 @@ class RunLog {
     std::FILE* file_ = nullptr;
     std::string path_;
 };
-
-// s as a JSON string literal (quotes included, control characters and " \ escaped).
-std::string json_string(const std::string& s);
 
 }  // namespace llmc

@@ -20,7 +20,7 @@ bool shard_map_build(const GPT2Config& cfg, int world_size, int rank, ShardMap* 
     ShardMap m;
     m.count = kNumParamTensors;
     m.world_size = world_size;
-    m.rank = rank;
+    m.part = rank;
     m.local_offset[0] = 0;
     for (int k = 0; k < kNumParamTensors; k++) {
         m.layers[k] = layers_of(cfg, k);
@@ -49,7 +49,7 @@ void shard_for_each_chunk(const ShardMap& map,
     for (int k = 0; k < map.count; k++)
         for (int l = 0; l < map.layers[k]; l++)
             fn(map.local_offset[k] + (size_t)l * map.chunk[k],
-               map.offset[k] + (size_t)l * map.slice[k] + (size_t)map.rank * map.chunk[k],
+               map.offset[k] + (size_t)l * map.slice[k] + (size_t)map.part * map.chunk[k],
                map.chunk[k]);
 }
 

@@ -3,58 +3,28 @@
 // The parameter and gradient buffers are tensor-major (model-file order) and every tensor is a
 // run of `layers` equal slices (L for the per-layer tensors, 1 for wte, wpe, lnfw, lnfb). Each
 // slice of S elements is cut into W equal chunks of S / W (so S % W == 0 is required; for GPT-2
-// every slice is a multiple of C, so C % W == 0 suffices); rank r owns chunk r of every slice.
-// Its optimizer state (master, m, v) is the concatenation of its chunks in buffer order:
-//   local index j in tensor k:  l = (j - local_offset[k]) / chunk[k],  w = the remainder,
-//   global index = offset[k] + l * slice[k] + rank * chunk[k] + w.
-// The chunk of each slice is exactly what an in-place ncclReduceScatter of that slice leaves
-// on rank r (recvbuff = sendbuff + r * chunk) and what an in-place ncclAllGather reads.
-// A plain struct of at most kShardMaxTensors entries: it goes to kernels by value.
+// every slice is a multiple of C, so C % W == 0 suffices); rank r owns chunk r of every slice:
+// a ChunkMap (chunk_map.h) with part = r, whose local numbering is the rank's optimizer state
+// (master, m, v). The chunk of each slice is exactly what an in-place ncclReduceScatter of that
+// slice leaves on rank r (recvbuff = sendbuff + r * chunk) and what an in-place ncclAllGather
+// reads.
 #pragma once
 #include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "chunk_map.h"
 #include "model_file.h"
-
-#if defined(__CUDACC__)
-#define LLMC_HOST_DEVICE __host__ __device__
-#else
-#define LLMC_HOST_DEVICE
-#endif
 
 namespace llmc {
 
-constexpr int kShardMaxTensors = kNumParamTensors;
+static_assert(kNumParamTensors <= kChunkMaxTensors, "a shard map holds every parameter tensor");
 
-struct ShardMap {
-    int count = 0;  // tensors
-    int world_size = 1, rank = 0;
-    size_t offset[kShardMaxTensors];            // global element offset of the tensor
-    size_t slice[kShardMaxTensors];             // elements per slice
-    size_t chunk[kShardMaxTensors];             // slice / world_size
-    size_t local_offset[kShardMaxTensors + 1];  // [count] = local total
-    int layers[kShardMaxTensors];
-    int decayed[kShardMaxTensors];  // AdamW weight decay applies
-
-    LLMC_HOST_DEVICE size_t local_total() const { return local_offset[count]; }
-    // The tensor of local index j: the last whose local offset is <= j (unrolled: constant
-    // indices keep the table in a kernel's parameter bank).
-    LLMC_HOST_DEVICE int tensor_of(size_t j) const {
-        int k = 0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (int i = 1; i < kShardMaxTensors; i++)
-            if (i < count && j >= local_offset[i]) k = i;
-        return k;
-    }
-    LLMC_HOST_DEVICE size_t global_index(int k, size_t j) const {
-        const size_t in_tensor = j - local_offset[k];
-        const size_t l = in_tensor / chunk[k];
-        return offset[k] + l * slice[k] + (size_t)rank * chunk[k] + (in_tensor - l * chunk[k]);
-    }
+// Rank `part` of world_size's chunks (ChunkMap), and what built them.
+struct ShardMap : ChunkMap {
+    int world_size = 1;
+    int layers[kChunkMaxTensors];  // slices per tensor
 };
 
 // The map of `rank` of `world_size` for a model's layout. Returns false with one sentence in

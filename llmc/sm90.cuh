@@ -1,5 +1,5 @@
 // sm90.cuh: Hopper (sm_90a) building blocks of the flash attention kernels and their layout test
-// (dev/test_wgmma_tiles): TMA tensor maps and tile loads, mbarriers, named barriers, register
+// (dev/test/test_wgmma_tiles): TMA tensor maps and tile loads, mbarriers, named barriers, register
 // reallocation, wgmma shared-memory descriptors and the wgmma instructions, and the register
 // layouts these imply. Written from the PTX ISA and the CUDA driver API reference.
 //
@@ -25,6 +25,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+
+namespace llmc {
 
 // Host: a TMA descriptor of bf16 rows: element (b, t, head, c) at
 // base + (((b * T + t) * heads + head) * cols + c), viewed as the 4D tensor (cols, heads, T, B)
@@ -379,3 +381,5 @@ __device__ __forceinline__ void accumulator_to_a(uint32_t (&a)[R / 2], const flo
 }  // namespace sm90
 
 #endif  // sm_90a device code
+
+}  // namespace llmc

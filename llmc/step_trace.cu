@@ -17,6 +17,8 @@
 
 #include "step_trace.cuh"
 
+namespace llmc {
+
 struct CuptiApi {
     void* handle = nullptr;
     std::string path;
@@ -259,3 +261,5 @@ std::vector<llmc::TraceRecord> StepTracer::stop(size_t* dropped) {
     }
     return out;
 }
+
+}  // namespace llmc

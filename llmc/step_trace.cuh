@@ -15,6 +15,8 @@
 
 #include "step_timeline.h"
 
+namespace llmc {
+
 struct CuptiApi;  // the loaded functions (step_trace.cu)
 
 class StepTracer {
@@ -38,3 +40,5 @@ class StepTracer {
     CuptiApi* api_ = nullptr;
     bool running_ = false;
 };
+
+}  // namespace llmc

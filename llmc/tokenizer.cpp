@@ -362,7 +362,7 @@ bool Tokenizer::load(const std::string& dir, std::string* why) {
     const std::string json_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
     if (!read_file(json_path, &json) || !read_file(bpe_path, &bpe)) {
         *why = "cannot read " + json_path + " and " + bpe_path +
-               "; run scripts/tokenizer_files.sh " + dir + " to fetch them";
+               "; run scripts/data/tokenizer_files.sh " + dir + " to fetch them";
         return false;
     }
     int cp_to_byte[kAlphabetSize];

@@ -1,6 +1,6 @@
 // tokenizer.h: GPT-2's byte-level BPE tokenizer, giving exactly the token ids of tiktoken's
 // "gpt2" encoding. Host-only C++, no dependencies; the files are GPT-2's encoder.json and
-// vocab.bpe (scripts/tokenizer_files.sh fetches them).
+// vocab.bpe (scripts/data/tokenizer_files.sh fetches them).
 //
 // encode(text):
 //   1. Bytes to characters: the text is read as UTF-8, and every ill-formed sequence becomes

@@ -34,7 +34,7 @@ const char* kFooter =
 // llm.c's train_gpt2cu flags that this trainer does not take, each with what it is here. The
 // ones that mean the same here (-i -j -e -o -b -t -d -x -l -u -c -v -m) are options of the table.
 const char* kMultiNode =
-    "here each process learns its rank and the world size from its launcher: scripts/launch.sh "
+    "here each process learns its rank and the world size from its launcher: scripts/run/launch.sh "
     "-n N, mpirun -np N or srun (or LLMC_RANK, LLMC_WORLD_SIZE and LLMC_LOCAL_RANK)";
 const std::vector<cli::Refusal>& llmc_flags() {
     static const std::vector<cli::Refusal> flags = {
@@ -327,7 +327,7 @@ std::vector<cli::Option> run_options(TrainConfig* c) {
                "spans -x steps, so a --resume continues the same run")
             .with_default("none"),
         heading("multi-GPU",
-                "one process per GPU: scripts/launch.sh -n N, mpirun -np N or srun. -b is each "
+                "one process per GPU: scripts/run/launch.sh -n N, mpirun -np N or srun. -b is each "
                 "GPU's micro-batch and -d counts the tokens of all GPUs (default N*B*T), so N "
                 "GPUs at -b B read the batches of one GPU at -b N*B"),
         option("--zero", "0|1", "zero", &c->zero, 0, 1,

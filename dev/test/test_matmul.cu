@@ -1,0 +1,418 @@
+// test_matmul.cu: every product of llmc/matmul.cuh against the CPU reference (cpu::matmul_forward
+// and _backward, cpu::gelu_forward and _backward), through every cuBLASLt epilogue the model uses:
+//   matmul_forward         DEFAULT (no bias), BIAS, GELU_AUX (no bias), GELU_AUX_BIAS: out and
+//                          the GELU input pre_gelu (overwritten; poisoned first)
+//   matmul_backward_input  DEFAULT and DGELU (dinp overwritten; poisoned first)
+//   matmul_backward_weight dweight += (beta = 1, onto random values), and dbias += through our
+//                          column-sum kernels or, where dout's rows are not whole 16-byte vectors
+//                          (here: dout one element off its alignment), BGRADB and the add kernel
+//   matmul_bias_backward   the column sums alone
+//   matmul_strided_batched alpha, beta = 0 and beta = 1 (accumulating), both transposes, batches
+// Shapes: GPT-2 d12's linear layers at N = B*T = 1024 (qkv 768 -> 2304 with bias, attproj 768 ->
+// 768, fc 768 -> 3072 with GELU, fcproj 3072 -> 768 with DGELU) and its lm-head (768 -> 50304,
+// no bias, N = 32); awkward ones: N odd or 1, widths that are multiples of what the layer needs
+// (C a multiple of 16 in bf16 for flash attention, of 4 in fp32) but not of 8 or 16 beyond
+// that, and for the bias-free products (the lm-head's, cuBLASLt's only constraint being the
+// element size) every dimension odd: N=33 IC=13 OC=1003, N=5 IC=7 OC=9.
+// Each linear case also runs matmul_backward (both halves in one call), the weight half on the
+// branch stream (kBranchGemms), and the whole backward again: all bitwise the same as the split
+// run, since the plan and the order of every sum are the same.
+// The fp32 build runs everything twice: TF32 off (the bounds below), then TF32 on in a second
+// Context (its own plans) with the bounds widened for TF32's rounding of the inputs.
+// Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "context.cuh"
+#include "matmul.cuh"
+#include "ref/cpu_ops.h"
+#include "test_util.cuh"
+
+using namespace llmc;
+
+namespace {
+
+// Bounds, per element, with s = sum_k |a_k b_k| the magnitude a result is summed from (the same
+// product on the inputs' absolute values) and K the length of the sum.
+// Accumulation: cuBLASLt sums the K products in fp32 (tensor cores, split-K partials, all fp32).
+// Each addition errs by at most one ulp of the running sum (2^-23 of it: truncation as well as
+// rounding to nearest is allowed). Our inputs are of random sign, so a running sum after k terms
+// is ~sqrt(k) terms large, and the K errors add to at most about (2/3) sqrt(K) 2^-23 s even when
+// they all lean one way; 4 sqrt(K) 2^-23 s leaves 6x (a float64 emulation of truncating
+// sequential sums of these inputs stayed below 1/70 of it at K = 768 ... 50304). A wrong index
+// or a missing term moves a result by a whole term, ~s / K, which is above this bound while
+// K^1.5 < 2^21 (K < ~16000: every linear layer's sums); at the lm-head's K = 50304 the bound is
+// ~5 terms, still 1/40 of a result's typical ~sqrt(K) terms, so a wrong row or block shows.
+constexpr double kAccumUlps = 4.0;
+constexpr double kUlp32 = 1.0 / 8388608.0;  // 2^-23
+#if defined(ENABLE_BF16)
+// Every floatX output is rounded once to bf16, half an ulp: 2^-8 of its value
+// (kBf16RoundingRel). A plain bf16 implementation errs by that; we allow 2x its error.
+constexpr double kOutRounding = 2.0 * kBf16RoundingRel;
+#else
+constexpr double kOutRounding = 0.0;  // fp32 outputs: the accumulation bound covers the sums
+#endif
+// GELU in cuBLASLt's epilogue (and its derivative in DGELU) is evaluated in fp32 with its own
+// tanh: test_gpt2's recompute check measured 1.0e-6 to 2.0e-6 relative against ours; 1e-5. The
+// GELU output also carries its input's error times |gelu'| <= 1.13.
+constexpr double kGeluRel = 1e-5;
+constexpr double kGeluSlope = 1.13;
+// TF32 (fp32 build, ctx.tf32): each input is rounded to 10 mantissa bits (2^-11 relative, 2^-10
+// if truncated), so each product errs by up to 2^-9 of itself. The part of sign with the product
+// is at most 2^-9 of the result's own size; the rest, of random sign, adds to ~2^-9 s / sqrt(K),
+// bounded here by 4x that.
+constexpr double kTf32Rel = 1.0 / 512.0;
+constexpr double kTf32Spread = 4.0 / 512.0;
+
+double accum_bound(double s, int K, bool tf32) {
+    const double bound = kAccumUlps * std::sqrt((double)K) * kUlp32 * s;
+    return tf32 ? bound + kTf32Spread * s / std::sqrt((double)K) : bound;
+}
+double rel_bound(bool tf32) { return kOutRounding + (tf32 ? kTf32Rel : 0.0); }
+
+std::vector<float> absolute(const std::vector<float>& v) {
+    std::vector<float> a(v.size());
+    for (size_t i = 0; i < v.size(); i++) a[i] = std::fabs(v[i]);
+    return a;
+}
+
+// |got - ref| <= accum_bound(scale) + rel * |ref| + extra_rel * |ref| per element.
+bool check_sum(const char* what, const char* name, const std::vector<float>& got,
+               const std::vector<float>& ref, const std::vector<float>& scale, int K, bool tf32,
+               double scale_factor = 1.0, double extra_rel = 0.0) {
+    std::vector<double> bound(ref.size());
+    for (size_t i = 0; i < ref.size(); i++) {
+        bound[i] = scale_factor * accum_bound(scale[i], K, tf32) +
+                   (rel_bound(tf32) + extra_rel) * std::fabs((double)ref[i]);
+    }
+    char label[96];
+    std::snprintf(label, sizeof(label), "%s %s", what, name);
+    return check_within(label, got, ref, bound);
+}
+
+struct LinearCase {
+    const char* name;
+    int N, IC, OC;
+    bool bias;
+    bool gelu;        // forward: GELU in the epilogue (pre_gelu kept)
+    bool dgelu;       // backward: this layer's input came out of a GELU (DGELU epilogue)
+    bool misaligned;  // dout one element off its 16-byte alignment: BGRADB for the bias gradient
+};
+
+// The inputs of one case, rounded to floatX (the CPU sees what the GPU holds).
+struct LinearData {
+    std::vector<float> inp, w, bias, dout, pre_in, dw0, dbias0;
+};
+
+LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
+    Rng rng(seed);
+    LinearData d;
+    d.inp.resize((size_t)c.N * c.IC);
+    d.w.resize((size_t)c.OC * c.IC);
+    d.bias.resize(c.OC);
+    d.dout.resize((size_t)c.N * c.OC);
+    d.pre_in.resize((size_t)c.N * c.IC);
+    d.dw0.resize(d.w.size());
+    d.dbias0.resize(c.OC);
+    fill_uniform(d.inp, rng, -1.0f, 1.0f);
+    // Weights of GPT-2's size (1/sqrt(IC)), so the GELU input spreads over its curved part.
+    const float wscale = 1.7f / std::sqrt((float)c.IC);
+    fill_uniform(d.w, rng, -wscale, wscale);
+    fill_uniform(d.bias, rng, -0.5f, 0.5f);
+    fill_uniform(d.dout, rng, -1.0f, 1.0f);
+    fill_normal(d.pre_in, rng, 0.0f, 1.5f);
+    fill_uniform(d.dw0, rng, -1.0f, 1.0f);
+    fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
+    for (std::vector<float>* v : {&d.inp, &d.w, &d.bias, &d.dout, &d.pre_in, &d.dw0, &d.dbias0})
+        round_to_floatx(*v);
+    return d;
+}
+
+struct LinearDevice {
+    DeviceBuffer<floatX> inp, w, bias, dout, pre_in, out, pre, dinp, dw, dbias;
+    DeviceBuffer<float> scratch;
+    explicit LinearDevice(const LinearCase& c)
+        : inp((size_t)c.N * c.IC),
+          w((size_t)c.OC * c.IC),
+          bias(c.OC),
+          dout((size_t)c.N * c.OC + 1),
+          pre_in((size_t)c.N * c.IC),
+          out((size_t)c.N * c.OC),
+          pre((size_t)c.N * c.OC),
+          dinp((size_t)c.N * c.IC),
+          dw((size_t)c.OC * c.IC),
+          dbias(c.OC),
+          scratch(matmul_bias_scratch_floats(c.OC)) {}
+    floatX* dout_ptr(const LinearCase& c) const { return dout.get() + (c.misaligned ? 1 : 0); }
+};
+
+// The CPU results of one case: the forward's pre-activation and output, the raw backward sums
+// (dinp = dout @ w, dw = dout^T @ inp, dbias = column sums), and the same products of the
+// absolute values (the magnitudes the bounds scale with).
+struct LinearRef {
+    std::vector<float> pre, out, dinp, dw, dbias;
+    std::vector<float> pre_scale, dinp_scale, dw_scale, dbias_scale;
+};
+
+LinearRef linear_reference(const LinearCase& c, const LinearData& d) {
+    LinearRef r;
+    const size_t NO = (size_t)c.N * c.OC, NI = (size_t)c.N * c.IC, W = (size_t)c.OC * c.IC;
+    r.pre.resize(NO);
+    r.pre_scale.resize(NO);
+    cpu::matmul_forward(r.pre.data(), d.inp.data(), d.w.data(), c.bias ? d.bias.data() : nullptr,
+                        c.N, c.IC, c.OC);
+    const std::vector<float> ainp = absolute(d.inp), aw = absolute(d.w), adout = absolute(d.dout);
+    cpu::matmul_forward(r.pre_scale.data(), ainp.data(), aw.data(), nullptr, c.N, c.IC, c.OC);
+    r.out = r.pre;
+    if (c.gelu) cpu::gelu_forward(r.out.data(), r.pre.data(), NO);
+    r.dinp.assign(NI, 0.0f), r.dw.assign(W, 0.0f), r.dbias.assign(c.OC, 0.0f);
+    cpu::matmul_backward(r.dinp.data(), r.dw.data(), r.dbias.data(), d.dout.data(), d.inp.data(),
+                         d.w.data(), c.N, c.IC, c.OC);
+    r.dinp_scale.assign(NI, 0.0f), r.dw_scale.assign(W, 0.0f), r.dbias_scale.assign(c.OC, 0.0f);
+    cpu::matmul_backward(r.dinp_scale.data(), r.dw_scale.data(), r.dbias_scale.data(), adout.data(),
+                         ainp.data(), aw.data(), c.N, c.IC, c.OC);
+    if (c.dgelu) {  // dinp = gelu'(pre_in) * (dout @ w)
+        std::vector<float> g(NI, 0.0f);
+        cpu::gelu_backward(g.data(), d.pre_in.data(), r.dinp.data(), NI);
+        r.dinp = g;
+    }
+    return r;
+}
+
+void upload_linear(const LinearCase& c, const LinearData& d, LinearDevice* g) {
+    upload(g->inp.get(), d.inp);
+    upload(g->w.get(), d.w);
+    upload(g->bias.get(), d.bias);
+    upload(g->dout_ptr(c), d.dout);
+    upload(g->pre_in.get(), d.pre_in);
+}
+
+// Forward: out (and pre_gelu) against the CPU.
+void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, const LinearRef& r,
+                  bool tf32) {
+    const size_t NO = (size_t)c.N * c.OC;
+    poison(g->out.get(), NO);
+    poison(g->pre.get(), NO);
+    matmul_forward(ctx, g->out.get(), g->inp.get(), g->w.get(), c.bias ? g->bias.get() : nullptr,
+                   c.N, c.IC, c.OC, c.gelu ? g->pre.get() : nullptr);
+    const std::vector<float> out = download(g->out.get(), NO);
+    if (!c.gelu) {
+        check_sum("forward", c.bias ? "out (BIAS)" : "out (DEFAULT)", out, r.pre, r.pre_scale, c.IC,
+                  tf32);
+        return;
+    }
+    check_sum("forward", c.bias ? "pre_gelu (GELU_AUX_BIAS)" : "pre_gelu (GELU_AUX)",
+              download(g->pre.get(), NO), r.pre, r.pre_scale, c.IC, tf32);
+    check_sum("forward", "gelu out", out, r.out, r.pre_scale, c.IC, tf32, kGeluSlope, kGeluRel);
+}
+
+// The backward's two halves apart: dinp (overwritten) and dw, dbias (accumulated onto random
+// values). Returns the bytes of dinp, dw and dbias for the bitwise comparisons.
+std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c, LinearDevice* g,
+                                        const LinearData& d, int how) {
+    const size_t NI = (size_t)c.N * c.IC;
+    poison(g->dinp.get(), NI);
+    poison(g->scratch.get(), g->scratch.size());
+    upload(g->dw.get(), d.dw0);
+    upload(g->dbias.get(), d.dbias0);
+    floatX* dbias = c.bias ? g->dbias.get() : nullptr;
+    const floatX* pre = c.dgelu ? g->pre_in.get() : nullptr;
+    if (how == 0) {  // the halves apart, on ctx.stream
+        matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC, pre);
+        matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
+                               g->inp.get(), c.N, c.IC, c.OC);
+    } else if (how == 1) {  // matmul_backward: both in one call
+        matmul_backward(ctx, g->dinp.get(), g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
+                        g->inp.get(), g->w.get(), c.N, c.IC, c.OC, pre);
+    } else {  // the weight half on the branch stream, joined before reading
+        matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
+                               g->inp.get(), c.N, c.IC, c.OC, /*on_branch=*/true);
+        matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC, pre);
+        branch_join(ctx);
+    }
+    std::vector<unsigned char> bytes = download_bytes(g->dinp.get(), NI * sizeof(floatX));
+    for (const std::vector<unsigned char>& more :
+         {download_bytes(g->dw.get(), g->dw.size() * sizeof(floatX)),
+          download_bytes(g->dbias.get(), c.OC * sizeof(floatX))}) {
+        bytes.insert(bytes.end(), more.begin(), more.end());
+    }
+    return bytes;
+}
+
+void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const LinearData& d,
+                   const LinearRef& r, bool tf32) {
+    const std::vector<unsigned char> first = run_backward(*ctx, c, g, d, 0);
+    const char* dinp_name = c.dgelu ? "dinp (DGELU)" : "dinp (DEFAULT)";
+    // DGELU scales the sum by gelu'(pre_in), |gelu'| <= kGeluSlope, evaluated in fp32.
+    check_sum("backward", dinp_name, download(g->dinp.get(), g->dinp.size()), r.dinp, r.dinp_scale,
+              c.OC, tf32, c.dgelu ? kGeluSlope : 1.0, c.dgelu ? kGeluRel : 0.0);
+    std::vector<float> dw_ref(r.dw.size());
+    for (size_t i = 0; i < dw_ref.size(); i++) dw_ref[i] = d.dw0[i] + r.dw[i];
+    check_sum("backward", "dweight += (beta = 1)", download(g->dw.get(), g->dw.size()), dw_ref,
+              r.dw_scale, c.N, tf32);
+    if (c.bias) {
+        // Our column sums are fp32 in a fixed order (no products: TF32 plays no part); BGRADB is
+        // part of the TF32 GEMM (its inputs may be rounded like the GEMM's), and writes its sum
+        // rounded to floatX before the add kernel adds it: one more rounding, of a value of at
+        // most |ref| + |dbias0|.
+        const bool bgradb_tf32 = c.misaligned && tf32;
+        std::vector<float> db_ref(c.OC);
+        std::vector<double> bound(c.OC);
+        for (int i = 0; i < c.OC; i++) {
+            db_ref[i] = d.dbias0[i] + r.dbias[i];
+            bound[i] = accum_bound(r.dbias_scale[i], c.N, bgradb_tf32) +
+                       rel_bound(bgradb_tf32) * std::fabs(db_ref[i]);
+            if (c.misaligned)
+                bound[i] += kOutRounding * (std::fabs(db_ref[i]) + std::fabs(d.dbias0[i]));
+        }
+        check_within(
+            c.misaligned ? "backward dbias += (BGRADB)" : "backward dbias += (column sums)",
+            download(g->dbias.get(), c.OC), db_ref, bound);
+    }
+    char name[96];
+    std::snprintf(name, sizeof(name), "backward %s: matmul_backward = halves", c.name);
+    check_bitwise_equal(name, run_backward(*ctx, c, g, d, 1), first);
+    const unsigned branches = ctx->branches;
+    const bool pdl = ctx->pdl;
+    context_set_overlap(ctx, branches | kBranchGemms, pdl);
+    std::snprintf(name, sizeof(name), "backward %s: weight half on the branch", c.name);
+    check_bitwise_equal(name, run_backward(*ctx, c, g, d, 2), first);
+    context_set_overlap(ctx, branches, pdl);
+    std::snprintf(name, sizeof(name), "backward %s: run again", c.name);
+    check_bitwise_equal(name, run_backward(*ctx, c, g, d, 0), first);
+    if (c.bias && !c.misaligned) {  // the column sums alone: the same kernels, the same bits
+        upload(g->dbias.get(), d.dbias0);
+        matmul_bias_backward(*ctx, g->dbias.get(), g->scratch.get(), g->dout_ptr(c), c.N, c.OC);
+        const size_t at = first.size() - c.OC * sizeof(floatX);
+        std::snprintf(name, sizeof(name), "matmul_bias_backward %s", c.name);
+        check_bitwise_equal(name, download_bytes(g->dbias.get(), c.OC * sizeof(floatX)),
+                            std::vector<unsigned char>(first.begin() + at, first.end()));
+    }
+}
+
+void test_linear(Context* ctx, const LinearCase& c, uint64_t seed, bool tf32) {
+    std::printf("%s: N=%d IC=%d OC=%d%s%s%s%s\n", c.name, c.N, c.IC, c.OC, c.bias ? " bias" : "",
+                c.gelu ? " gelu" : "", c.dgelu ? " dgelu" : "",
+                c.misaligned ? " dout misaligned" : "");
+    const LinearData d = make_linear_data(c, seed);
+    const LinearRef r = linear_reference(c, d);
+    LinearDevice g(c);
+    upload_linear(c, d, &g);
+    test_forward(*ctx, c, &g, r, tf32);
+    test_backward(ctx, c, &g, d, r, tf32);
+}
+
+// matmul_strided_batched: C_i (M, N) = alpha op(A_i) op(B_i) + beta C_i, A_i (M, K) or (K, M)
+// when trans_a, B_i (K, N) or (N, K) when trans_b, row-major, packed, batch strides of a whole
+// matrix plus `pad` elements.
+struct BatchedCase {
+    const char* name;
+    int M, N, K, batch;
+    bool trans_a, trans_b;
+    float alpha, beta;
+    int pad;
+};
+
+void test_batched(const Context& ctx, const BatchedCase& c, uint64_t seed, bool tf32) {
+    const int lda = c.trans_a ? c.M : c.K, ldb = c.trans_b ? c.K : c.N, ldc = c.N;
+    const long long sa = (long long)c.M * c.K + c.pad, sb = (long long)c.K * c.N + c.pad,
+                    sc = (long long)c.M * c.N + c.pad;
+    Rng rng(seed);
+    std::vector<float> A(sa * c.batch), B(sb * c.batch), C0(sc * c.batch);
+    fill_uniform(A, rng, -1.0f, 1.0f);
+    fill_uniform(B, rng, -1.0f, 1.0f);
+    fill_uniform(C0, rng, -1.0f, 1.0f);
+    for (std::vector<float>* v : {&A, &B, &C0}) round_to_floatx(*v);
+    // The reference in double; the scale is the same sum of absolute values (beta's part too).
+    std::vector<float> ref = C0, scale(C0.size(), 0.0f);
+    for (int b = 0; b < c.batch; b++) {
+        for (int i = 0; i < c.M; i++) {
+            for (int j = 0; j < c.N; j++) {
+                double acc = 0.0, mag = 0.0;
+                for (int k = 0; k < c.K; k++) {
+                    const double a =
+                        A[b * sa + (c.trans_a ? (size_t)k * lda + i : (size_t)i * lda + k)];
+                    const double x =
+                        B[b * sb + (c.trans_b ? (size_t)j * ldb + k : (size_t)k * ldb + j)];
+                    acc += a * x;
+                    mag += std::fabs(a * x);
+                }
+                const size_t o = b * sc + (size_t)i * ldc + j;
+                ref[o] = (float)(c.alpha * acc + c.beta * C0[o]);
+                scale[o] = (float)(std::fabs(c.alpha) * mag + std::fabs(c.beta * C0[o]));
+            }
+        }
+    }
+    DeviceBuffer<floatX> dA(A.size()), dB(B.size()), dC(C0.size());
+    upload(dA.get(), A);
+    upload(dB.get(), B);
+    upload(dC.get(), C0);
+    matmul_strided_batched(ctx, dC.get(), dA.get(), dB.get(), c.M, c.N, c.K, c.trans_a, c.trans_b,
+                           lda, ldb, ldc, sa, sb, sc, c.batch, c.alpha, c.beta);
+    std::vector<float> got = download(dC.get(), C0.size());
+    // The pad between matrices must be left alone (C0's values); compare the matrices only.
+    std::vector<float> g2, r2, s2, pad_got, pad_ref;
+    for (size_t o = 0; o < got.size(); o++) {
+        const bool in_matrix = (long long)(o % sc) < (long long)c.M * c.N;
+        (in_matrix ? g2 : pad_got).push_back(got[o]);
+        (in_matrix ? r2 : pad_ref).push_back(in_matrix ? ref[o] : C0[o]);
+        if (in_matrix) s2.push_back(scale[o]);
+    }
+    char name[96];
+    std::snprintf(name, sizeof(name), "%s: M=%d N=%d K=%d x%d", c.name, c.M, c.N, c.K, c.batch);
+    check_sum("strided batched", name, g2, r2, s2, c.K, tf32);
+    if (!pad_got.empty()) {
+        std::snprintf(name, sizeof(name), "strided batched %s: pads untouched", c.name);
+        check_close(name, pad_got, pad_ref, 0.0f, 0.0f);
+    }
+}
+
+void run_all(Context* ctx, bool tf32) {
+    // Widths the model can have: C a multiple of 16 in bf16 (flash attention's head sizes), of 4
+    // in fp32 (16-byte bias slices); U is that unit. The GELU's width is 4C (the aux matrix's
+    // leading dimension, pre_gelu's, is then a multiple of 16 elements in both builds).
+    const int U = sizeof(floatX) == 2 ? 16 : 4;
+    const LinearCase linear[] = {
+        {"GPT-2 qkv", 1024, 768, 2304, true, false, false, false},
+        {"GPT-2 attproj", 1024, 768, 768, true, false, false, false},
+        {"GPT-2 fc", 1024, 768, 3072, true, true, false, false},
+        {"GPT-2 fcproj", 1024, 3072, 768, true, false, true, false},
+        {"GPT-2 lm-head", 32, 768, 50304, false, false, false, false},
+        {"odd N, GELU", 77, 3 * U, 4 * 5 * U, true, true, false, false},
+        {"one row", 1, U, 3 * U, true, false, false, false},
+        {"GELU and DGELU without bias", 31, 4 * 2 * U, 4 * 3 * U, false, true, true, false},
+        {"bias gradient through BGRADB", 45, 2 * U, 3 * U, true, false, false, true},
+        {"all odd, no bias", 33, 13, 1003, false, false, false, false},
+        {"tiny odd, no bias", 5, 7, 9, false, false, false, false},
+    };
+    uint64_t seed = 1000;
+    for (const LinearCase& c : linear) test_linear(ctx, c, seed++, tf32);
+    const BatchedCase batched[] = {
+        {"Q K^T (trans_b)", 37, 37, 64, 3, false, true, 0.125f, 0.0f, 0},
+        {"P V", 37, 64, 37, 3, false, false, 1.0f, 0.0f, 0},
+        {"accumulate, trans_a, padded", 29, 21, 24, 2, true, false, 0.5f, 1.0f, 5},
+        {"both transposed, odd", 13, 11, 9, 4, true, true, -1.0f, 1.0f, 3},
+    };
+    for (const BatchedCase& c : batched) test_batched(*ctx, c, seed++, tf32);
+}
+
+}  // namespace
+
+int main() {
+    skip_if_no_device();
+    {
+        Context ctx;
+        context_init(&ctx, 0, /*tf32=*/false);
+        std::printf("test_matmul: %s build%s\n", kPrecisionName,
+                    sizeof(floatX) == 4 ? ", TF32 off" : "");
+        run_all(&ctx, false);
+    }
+    if (sizeof(floatX) == 4) {
+        Context ctx;
+        context_init(&ctx, 0, /*tf32=*/true);
+        std::printf("test_matmul: fp32 build, TF32 on\n");
+        run_all(&ctx, true);
+    }
+    return test_summary("test_matmul");
+}
