@@ -25,7 +25,7 @@
 #     10, 15, 20 of log.jsonl, "s:S trl" lines in main.log, scripts/run/plot.py draws the run.
 # Ends with "test_hellaswag: N passed, M failed".
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 out=${1:-out/test_hellaswag}
 mkdir -p "$out"
 PY=$(bash scripts/deps/find_python.sh) || { echo "FAIL: no python3 with torch and numpy"; exit 1; }

@@ -31,7 +31,7 @@
 # an earlier call to keep this one short). The sweep itself: about 3-5 minutes on an H100 with
 # the defaults (an estimate; each stage prints its time).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 seed=13 count=12 jobs=4 keep=0
 out=${OUT:+$OUT/test_shapes}
 out=${out:-build/test_shapes}
@@ -51,7 +51,7 @@ for v in "$seed" "$count" "$jobs"; do
     [[ "$v" =~ ^[0-9]+$ ]] || { echo "error: -s, -n and -j take numbers, got '$v'" >&2; exit 2; }
 done
 [ "$count" -ge 4 ] && [ "$jobs" -ge 1 ] || { echo "error: -n must be >= 4 and -j >= 1" >&2; exit 2; }
-nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no NVIDIA GPU visible (nvidia-smi lists none)"; exit 0; }
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no NVIDIA GPU visible (nvidia-smi lists none)"; exit 77; }
 PY=$(bash scripts/deps/find_python.sh) || { echo "FAIL: no python with torch and numpy (scripts/deps/find_python.sh)"; exit 1; }
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
     { echo "FAIL: $PY's torch sees no CUDA device; the dumps are written on the GPU"; exit 1; }
