@@ -16,7 +16,11 @@ Reads README.md, data/README.md and docs/*.md and checks, on the CPU:
   4. every `make TARGET` they show is a target of the Makefile (make -p lists those written
      through variables, such as $(GPU_MAINS));
   5. every relative link [text](path#anchor) between the docs points at a file that exists, and
-     its anchor at a heading of that file.
+     its anchor at a heading of that file;
+  6. the scripts themselves (scripts/ and dev/, the Makefile, .ci/run): every scripts/ or dev/
+     path they name exists, a `cd "$(dirname "$0")/../.."` climbs exactly to the root, and a
+     directory put on sys.path holds the repository's modules imported after it (the GPU
+     scripts stop with SKIP before their paths are used in CI, so a moved file shows here).
 Prints one PASS/FAIL line per check group with the offending places; exits 1 on any failure.
 Usage: dev/test/test_docs.py [--python PY] (PY runs the Python scripts' --help; default: this one).
 """
@@ -189,6 +193,40 @@ def make_knows(target):
     return r.returncode == 0
 
 
+def script_paths():
+    """Group 6: the places in the scripts whose paths lead nowhere."""
+    files = ["Makefile", ".ci/run"]
+    for pattern in ("scripts/**/*.sh", "dev/**/*.sh", "scripts/**/*.py", "dev/**/*.py",
+                    "scripts/**/*.mjs", "scripts/**/*.js"):
+        files += sorted(os.path.relpath(f, ROOT) for f in
+                        glob.glob(os.path.join(ROOT, pattern), recursive=True)
+                        if "node_modules" not in f)
+    # The repository's own Python modules, by name: an import of one of them must find it.
+    ours = {}
+    for f in glob.glob(os.path.join(ROOT, "scripts/**/*.py"), recursive=True) + \
+            glob.glob(os.path.join(ROOT, "dev/**/*.py"), recursive=True):
+        ours.setdefault(os.path.basename(f)[:-3], []).append(os.path.dirname(f))
+    bad = []
+    for rel in files:
+        text = open(os.path.join(ROOT, rel)).read()
+        for path in set(PATH_RE.findall(text)):
+            path = path.rstrip(".")
+            if "*" not in path and not glob.glob(os.path.join(ROOT, glob.escape(path) + "*")):
+                bad.append(f"{rel}: {path}")
+        for m in re.finditer(r'cd "\$\(dirname "\$0"\)((?:/\.\.)*)"', text):
+            if m.group(1).count("..") != rel.count("/"):
+                bad.append(f"{rel}: cd \"$(dirname \"$0\"){m.group(1)}\" is not the root")
+        for m in re.finditer(r'sys\.path\.insert\(0, "([^"]+)"\)', text):
+            where = os.path.normpath(os.path.join(ROOT, m.group(1)))
+            rest = text[m.end():]
+            for mod in re.findall(r"^\s*(?:from (\w+) import|import (\w+))", rest, re.M):
+                mod = mod[0] or mod[1]
+                if mod in ours and where not in [os.path.normpath(d) for d in ours[mod]]:
+                    bad.append(f"{rel}: {mod} imported through sys.path {m.group(1)}, "
+                               f"which does not hold it")
+    return sorted(set(bad))
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--python", default=sys.executable, help="runs the Python scripts' --help")
@@ -256,6 +294,8 @@ def main(argv):
             if why:
                 not_runnable.append(f"{rel} {why}")
 
+    bad_script_paths = script_paths()
+
     def report(items, what):
         check(not items, what + ("" if not items else ":\n    " + "\n    ".join(sorted(items))))
     report(missing, "every scripts/ and dev/ path the docs name exists")
@@ -264,6 +304,7 @@ def main(argv):
     report(bad_options, "every option the docs show is in its program's --help (or source)")
     report(bad_make, "every make target the docs show is in the Makefile")
     report(bad_links, "every relative link of the docs points at a file (and a heading)")
+    report(bad_script_paths, "every path, cd and sys.path entry of the scripts leads to a file")
     print(f"test_docs: {'all passed' if not failures else f'{len(failures)} failed'} "
           f"({len(doc_files())} files)")
     return 1 if failures else 0

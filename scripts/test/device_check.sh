@@ -204,8 +204,17 @@ if want sanitize; then
     dump_small
     CS=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     if [ -x "$CS" ]; then
+        # cuBLAS's Hopper GEMMs (nvjet_*) order their shared memory through TMA and mbarriers,
+        # which racecheck does not follow: it reported ~100 hazards inside two of them and ran
+        # past 4 minutes. They are left out of racecheck (ours, mbarrier kernels included, are
+        # checked); memcheck, synccheck and initcheck see every kernel.
+        exclude=()
+        "$CS" --help 2>/dev/null | grep -q -- --kernel-name-exclude &&
+            exclude=(--kernel-name-exclude kns=nvjet)
         for tool in memcheck racecheck synccheck initcheck; do
-            step "sanitize_$tool" "$CS" --error-exitcode 9 --tool $tool \
+            extra=()
+            [ $tool = racecheck ] && extra=("${exclude[@]}")
+            step "sanitize_$tool" timeout 400 "$CS" --error-exitcode 9 --tool $tool "${extra[@]}" \
                 ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin" --graph 0
         done
     else

@@ -51,7 +51,7 @@ build/host/dev/test/test_hellaswag --write-model "$out/small.bin"
 "$PY" - "$out/small.bin" "$out/small_v5.bin" <<'PYEOF'
 import sys
 import numpy as np
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/ref")
 from train_gpt2 import to_bf16_bits
 raw = open(sys.argv[1], "rb").read()
 h = np.frombuffer(raw[:1024], dtype="<i4").copy()
@@ -126,7 +126,7 @@ rm -rf "$out/run_v5"
 "$PY" - "$out/run_v5/model.bin" "$out/run_v5/model_00000002.bin" <<'PYEOF' && pass "--model-dtype bf16: model.bin is version 5, the checkpoint's weights rounded" || fail "--model-dtype bf16 (see $out/run_v5.log)"
 import sys
 import numpy as np
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "scripts/ref")
 from train_gpt2 import to_bf16_bits
 v5, v3 = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
 h5, h3 = np.frombuffer(v5[:1024], "<i4"), np.frombuffer(v3[:1024], "<i4")
