@@ -238,15 +238,20 @@ __global__ void fill_uniform_kernel(floatX* __restrict__ out, size_t n, uint64_t
     }
 }
 
-// *out += sum over i of mix64(i << 16 | word_i) (mod 2^64) over n 16-bit words: a hash of the
-// bytes that any change of any word alters (but for a 2^-64 chance), and whose sum does not
-// depend on the order of the atomics.
-__global__ void hash_words_kernel(const uint16_t* __restrict__ words, size_t n, uint64_t salt,
+// *out += sum over i of mix64(i << 16 | word_i) (mod 2^64) over the 16-bit words of a column-major
+// layout (rows words per column, columns ld words apart, batch matrices stride words apart):
+// a hash of the bytes that any change of any word alters (but for a 2^-64 chance), whose sum
+// does not depend on the order of the atomics. Only the words the product writes are read (the
+// padding between columns or matrices may never have been written).
+__global__ void hash_words_kernel(const uint16_t* __restrict__ words, size_t rows, size_t cols,
+                                  size_t ld, size_t batch, size_t stride, uint64_t salt,
                                   unsigned long long* out) {
     unsigned long long acc = 0;
+    const size_t n = rows * cols * batch;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        acc += mix64(salt ^ ((uint64_t)i << 16 | words[i]));
+        const size_t row = i % rows, col = (i / rows) % cols, mat = i / (rows * cols);
+        acc += mix64(salt ^ ((uint64_t)i << 16 | words[mat * stride + col * ld + row]));
     }
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
         acc += __shfl_xor_sync(0xffffffffu, acc, offset);
@@ -285,16 +290,19 @@ TuneShape tune_shape(const LtCall& c) {
 uint64_t outputs_hash(const Context& ctx, const LtCall& c, const TuneShape& s,
                       unsigned long long* d_hash) {
     LLMC_CUDA_CHECK(cudaMemsetAsync(d_hash, 0, sizeof(*d_hash), ctx.stream));
-    auto add = [&](const void* p, size_t bytes, uint64_t salt) {
-        const size_t n = bytes / 2;
+    // add(p, rows, cols, ld, batch, stride, element bytes, salt): one output's layout, in words.
+    auto add = [&](const void* p, size_t rows, size_t cols, size_t ld, size_t batch, size_t stride,
+                   size_t bytes, uint64_t salt) {
+        const size_t w = bytes / 2, n = rows * w * cols * batch;
         const int blocks = (int)std::min<size_t>((n + 255) / 256, 4 * (size_t)ctx_num_sms(ctx));
-        hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p), n, salt,
-                                                          d_hash);
+        hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p),
+                                                          rows * w, cols, ld * w, batch,
+                                                          stride * w, salt, d_hash);
         LLMC_CUDA_CHECK_LAST();
     };
-    add(c.D, s.d * sizeof(floatX), 1);
-    if (s.aux_out) add(c.aux, s.aux * sizeof(floatX), 2);
-    if (s.bias_out) add(c.bias, (size_t)c.n * sizeof(BiasGradT), 3);
+    add(c.D, c.m, c.n, c.ldd, c.batch, c.stride_d, sizeof(floatX), 1);
+    if (s.aux_out) add(c.aux, c.m, c.n, c.ldaux, 1, 0, sizeof(floatX), 2);
+    if (s.bias_out) add(c.bias, c.n, 1, c.n, 1, 0, sizeof(BiasGradT), 3);
     unsigned long long h = 0;
     LLMC_CUDA_CHECK(cudaMemcpyAsync(&h, d_hash, sizeof(h), cudaMemcpyDeviceToHost, ctx.stream));
     LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
