@@ -12,7 +12,8 @@
 #   tests     every per-op test of the default build; test_gpt2cu on both dumps, graphs on/off
 #   shapes    scripts/test/test_shapes.sh: 12 seeded shapes in both precisions, TF32 and graphs on and
 #             off, train_gpt2cu twice at three of them (its own table; about 3-5 minutes)
-#   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on the small config
+#   sanitize  compute-sanitizer memcheck and synccheck on test_gpt2cu (small config), racecheck
+#             on test_wgmma_tiles (the reason is at the stage)
 #   benchops  dev/bench/bench_ops of both precisions, dev/bench/bench_attention if present
 #   bench     scripts/bench/bench.sh with its four default configs (ours vs PyTorch compile)
 #   compare   scripts/bench/compare_precision.sh -p 1 (fp32 vs bf16 loss curves, 200 steps; PyTorch's own
@@ -204,19 +205,20 @@ if want sanitize; then
     dump_small
     CS=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
     if [ -x "$CS" ]; then
-        # cuBLAS's Hopper GEMMs (nvjet_*) order their shared memory through TMA and mbarriers,
-        # which racecheck does not follow: it reported ~100 hazards inside two of them and ran
-        # past 4 minutes. They are left out of racecheck (ours, mbarrier kernels included, are
-        # checked); memcheck, synccheck and initcheck see every kernel.
-        exclude=()
-        "$CS" --help 2>/dev/null | grep -q -- --kernel-name-exclude &&
-            exclude=(--kernel-name-exclude kns=nvjet)
-        for tool in memcheck racecheck synccheck initcheck; do
-            extra=()
-            [ $tool = racecheck ] && extra=("${exclude[@]}")
-            step "sanitize_$tool" timeout 400 "$CS" --error-exitcode 9 --tool $tool "${extra[@]}" \
+        # memcheck and synccheck see every kernel of test_gpt2cu (cuBLASLt's included). The other
+        # two tools do not follow cuBLASLt's Hopper GEMMs (nvjet_*, TMA and mbarriers): racecheck
+        # reports hazards inside them, and with them left out (--kernel-name-exclude kns=nvjet)
+        # it stops at the first GEMM with "failed to handle a hardware exception"; initcheck
+        # counts every read of a GEMM's output (flash attention's loads of qkv, the autotune's
+        # hash of D) as uninitialized, hundreds of thousands in two steps. So racecheck runs on
+        # test_wgmma_tiles (our TMA / mbarrier / wgmma tile kernels, no cuBLAS), and initcheck
+        # is not run.
+        for tool in memcheck synccheck; do
+            step "sanitize_$tool" timeout 400 "$CS" --error-exitcode 9 --tool $tool \
                 ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin" --graph 0
         done
+        step sanitize_racecheck timeout 400 "$CS" --error-exitcode 9 --tool racecheck \
+            "build/$DEF/dev/test/test_wgmma_tiles"
     else
         skip_result sanitize "no compute-sanitizer on the PATH or in CUDA_HOME/bin"
     fi
