@@ -23,10 +23,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/run/run_gpt2_common.sh
-TRAIN=${TRAIN:-data/fineweb10B/fineweb_train_*.bin}
-VAL=${VAL:-data/fineweb10B/fineweb_val_*.bin}
-need_shards "$TRAIN" train
-need_shards "$VAL" validation
-run_gpt2 "${OUT:-out/gpt2_124M}" -i "$TRAIN" -j "$VAL" -e d12 -b "${MICRO_B:-64}" -t 1024 -d 524288 \
+run_fineweb "${OUT:-out/gpt2_124M}" -e d12 -b "${MICRO_B:-64}" -t 1024 -d 524288 \
     -x 19073 -l 6e-4 -u 700 --lr-schedule cosine --lr-final-frac 0.1 -c 0.1 --grad-clip 1.0 \
     -v 250 -m 20 --checkpoint-every 1000 --keep-last 2 --keep-every 5000 "$@"

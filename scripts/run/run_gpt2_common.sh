@@ -47,3 +47,14 @@ need_shards() {  # need_shards GLOB WHAT
         exit 1
     }
 }
+
+# run_fineweb OUT_DIR TRAINER_OPTIONS...: run_gpt2 on the shards TRAIN and VAL name (default
+# FineWeb 10B's, scripts/data/datasets.sh), after checking that both globs match.
+run_fineweb() {
+    local out=$1; shift
+    local train=${TRAIN:-data/fineweb10B/fineweb_train_*.bin}
+    local val=${VAL:-data/fineweb10B/fineweb_val_*.bin}
+    need_shards "$train" train
+    need_shards "$val" validation
+    run_gpt2 "$out" -i "$train" -j "$val" "$@"
+}

@@ -37,6 +37,8 @@ run cli_checks bash scripts/test/test_cli.sh
 run launch_checks bash dev/test/test_launch.sh
 # The trainer's rank discovery and id bootstrap under mpirun, launch.sh and srun's variables.
 run launcher_checks bash dev/test/test_launchers.sh build/host/dev/test/test_multi_gpu_host
+# scripts/run/run_gpt2_<size>.sh with a stand-in trainer: options, missing shards, retries.
+run run_scripts bash dev/test/test_run_scripts.sh
 # The Makefile by dry runs: the default goal, GPU_ARCH checks, spill flags, header dependencies.
 run makefile_checks bash dev/test/test_makefile.sh
 run format_check make --no-print-directory format-check
