@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "check.h"
+#include "util.h"
 
 namespace llmc {
 namespace {
@@ -57,30 +57,11 @@ std::string llmc_log_eval_line(long long step, float accuracy) {
 void LlmcLog::open(const std::string& dir, long long resume_step) {
     make_dirs(dir);
     const std::string path = dir + "/main.log";
-    std::vector<std::string> kept;
-    if (resume_step >= 0) {
-        if (std::FILE* in = std::fopen(path.c_str(), "r")) {
-            std::string line;
-            int c;
-            while ((c = std::fgetc(in)) != EOF) {
-                if (c != '\n') {
-                    line += (char)c;
-                    continue;
-                }
-                if (keep_line(line, resume_step)) kept.push_back(line);
-                line.clear();
-            }
-            std::fclose(in);
-        }
-    }
-    // Rewritten under a temporary name and renamed, so a crash here leaves the old log whole.
-    const std::string tmp = path + ".tmp";
-    std::FILE* out = std::fopen(tmp.c_str(), "w");
-    LLMC_CHECK(out != nullptr, "--llmc-log: cannot write '%s' (%s).", tmp.c_str(),
-               std::strerror(errno));
-    for (const std::string& l : kept) std::fprintf(out, "%s\n", l.c_str());
-    LLMC_CHECK(std::fclose(out) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0,
-               "--llmc-log: cannot write '%s' (%s).", path.c_str(), std::strerror(errno));
+    // A resumed run keeps the lines up to its checkpoint; a fresh one starts the file empty.
+    keep_lines(
+        path,
+        [&](const std::string& line) { return resume_step >= 0 && keep_line(line, resume_step); },
+        "--llmc-log's file");
     path_ = path;
 }
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "check.h"
 #include "util.h"
@@ -38,31 +37,14 @@ RunLog::~RunLog() {
 
 void RunLog::open(const std::string& path, long long resume_step) {
     path_ = path;
-    if (resume_step >= 0) {
-        // Keep the lines up to the checkpoint: rewrite them to a temporary file and rename it,
-        // so a crash here leaves the old log whole.
-        std::vector<std::string> kept;
-        if (std::FILE* in = std::fopen(path.c_str(), "r")) {
-            std::string line;
-            int c;
-            while ((c = std::fgetc(in)) != EOF) {
-                if (c != '\n') {
-                    line += (char)c;
-                    continue;
-                }
+    if (resume_step >= 0) {  // keep the lines up to the checkpoint
+        keep_lines(
+            path,
+            [&](const std::string& line) {
                 const long long s = line_step(line);
-                if (s >= 0 && s <= resume_step) kept.push_back(line);
-                line.clear();
-            }
-            std::fclose(in);
-        }
-        const std::string tmp = path + ".tmp";
-        std::FILE* out = std::fopen(tmp.c_str(), "w");
-        LLMC_CHECK(out != nullptr, "cannot write the log file '%s' (%s).", tmp.c_str(),
-                   std::strerror(errno));
-        for (const std::string& l : kept) std::fprintf(out, "%s\n", l.c_str());
-        LLMC_CHECK(std::fclose(out) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0,
-                   "cannot write the log file '%s' (%s).", path.c_str(), std::strerror(errno));
+                return s >= 0 && s <= resume_step;
+            },
+            "the log file");
     }
     file_ = std::fopen(path.c_str(), resume_step >= 0 ? "a" : "w");
     LLMC_CHECK(file_ != nullptr, "cannot open the log file '%s' (%s).", path.c_str(),

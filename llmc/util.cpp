@@ -1,7 +1,12 @@
 // util.cpp: small host helpers (see util.h).
 #include "util.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "check.h"
 
 namespace llmc {
 
@@ -26,6 +31,31 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
     const unsigned char* p = static_cast<const unsigned char*>(data);
     for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
+}
+
+void keep_lines(const std::string& path, const std::function<bool(const std::string&)>& keep,
+                const char* what) {
+    std::vector<std::string> kept;
+    if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+        std::string line;
+        int c;
+        while ((c = std::fgetc(in)) != EOF) {
+            if (c != '\n') {
+                line += (char)c;
+                continue;
+            }
+            if (keep(line)) kept.push_back(line);
+            line.clear();
+        }
+        std::fclose(in);
+    }
+    const std::string tmp = path + ".tmp";
+    std::FILE* out = std::fopen(tmp.c_str(), "w");
+    LLMC_CHECK(out != nullptr, "cannot write %s '%s' (%s).", what, tmp.c_str(),
+               std::strerror(errno));
+    for (const std::string& l : kept) std::fprintf(out, "%s\n", l.c_str());
+    LLMC_CHECK(std::fclose(out) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0,
+               "cannot write %s '%s' (%s).", what, path.c_str(), std::strerror(errno));
 }
 
 }  // namespace llmc

@@ -350,7 +350,8 @@ void test_gpu_monitor_text() {
           "one throttle warning, for power or heat only: %s", first.c_str());
     setenv("LLMC_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
     std::string why;
-    check(!m.open(0, 0, 0, &why) && why.find("could not be loaded") != std::string::npos,
+    const bool refused = !m.open(0, 0, 0, &why);  // before why.c_str() is taken for the message
+    check(refused && why.find("could not be loaded") != std::string::npos,
           "no NVML: one sentence (%s)", why.c_str());
 }
 
