@@ -295,9 +295,9 @@ uint64_t outputs_hash(const Context& ctx, const LtCall& c, const TuneShape& s,
                    size_t bytes, uint64_t salt) {
         const size_t w = bytes / 2, n = rows * w * cols * batch;
         const int blocks = (int)std::min<size_t>((n + 255) / 256, 4 * (size_t)ctx_num_sms(ctx));
-        hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p),
-                                                          rows * w, cols, ld * w, batch,
-                                                          stride * w, salt, d_hash);
+        hash_words_kernel<<<blocks, 256, 0, ctx.stream>>>(static_cast<const uint16_t*>(p), rows * w,
+                                                          cols, ld * w, batch, stride * w, salt,
+                                                          d_hash);
         LLMC_CUDA_CHECK_LAST();
     };
     add(c.D, c.m, c.n, c.ldd, c.batch, c.stride_d, sizeof(floatX), 1);
