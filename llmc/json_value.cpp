@@ -32,22 +32,23 @@ class Parser {
   public:
     explicit Parser(std::string_view s) : s_(s) {}
 
-    bool parse(JsonValue* out, size_t* column, std::string* why) {
+    // One value from *pos (whitespace before it skipped); with `whole`, only whitespace may
+    // follow it. *pos ends past the value, or where the error is (then *why says what).
+    bool parse(size_t* pos, bool whole, JsonValue* out, std::string* why) {
+        pos_ = *pos;
         skip_ws();
         bool ok = value(out, 0);
-        if (ok) {
+        if (ok && whole) {
             skip_ws();
             if (more()) ok = fail("unexpected text after the JSON value");
         }
-        if (!ok) {
-            *column = err_pos_ + 1;
-            *why = err_;
-        }
+        *pos = ok ? pos_ : err_pos_;
+        if (!ok) *why = err_;
         return ok;
     }
 
   private:
-    bool fail(const char* what) {
+    bool fail(const std::string& what) {
         if (err_.empty()) {
             err_ = what;
             err_pos_ = pos_;
@@ -187,7 +188,7 @@ class Parser {
                 out->push_back(to[hit - from]);
             } else {
                 pos_ -= 2;
-                return fail("unknown escape in a string");
+                return fail(std::string("unknown escape \\") + e);
             }
         }
     }
@@ -273,7 +274,15 @@ const char* json_kind_name(JsonValue::Kind kind) {
 
 bool json_parse(std::string_view text, JsonValue* out, size_t* column, std::string* why) {
     *out = JsonValue{};
-    return Parser(text).parse(out, column, why);
+    size_t pos = 0;
+    const bool ok = Parser(text).parse(&pos, true, out, why);
+    if (!ok) *column = pos + 1;
+    return ok;
+}
+
+bool json_parse_at(std::string_view text, size_t* pos, JsonValue* out, std::string* why) {
+    *out = JsonValue{};
+    return Parser(text).parse(pos, false, out, why);
 }
 
 }  // namespace llmc
