@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <memory>
 #include <tuple>
 
@@ -106,8 +107,24 @@ typedef float BiasGradT;
 constexpr cudaDataType_t kBiasGradType = CUDA_R_32F;
 #endif
 
-// How many of cuBLASLt's heuristic candidates the autotuner times.
-constexpr int kMaxCandidates = 8;
+// How many of cuBLASLt's heuristic candidates the autotuner times: kDefaultCandidates, or
+// LLMC_AUTOTUNE_CANDIDATES (1 to kMaxCandidates). More candidates cost start-up time only: the
+// bits stay --autotune 0's whatever the count (see the autotuner below).
+constexpr int kDefaultCandidates = 8;
+constexpr int kMaxCandidates = 64;
+
+int candidates_wanted() {
+    static const int wanted = [] {
+        const char* v = std::getenv("LLMC_AUTOTUNE_CANDIDATES");
+        if (v == nullptr || *v == '\0') return kDefaultCandidates;
+        char* end = nullptr;
+        const long x = std::strtol(v, &end, 10);
+        LLMC_CHECK(*end == '\0' && x >= 1 && x <= kMaxCandidates,
+                   "LLMC_AUTOTUNE_CANDIDATES=%s: use a number from 1 to %d", v, kMaxCandidates);
+        return (int)x;
+    }();
+    return wanted;
+}
 
 MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
                        cublasLtMatmulHeuristicResult_t* candidates, int* num_candidates) {
@@ -151,7 +168,7 @@ MatmulPlan* build_plan(const Context& ctx, const MatmulKey& key,
     }
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-        ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref, kMaxCandidates, candidates, &found);
+        ctx.lt, p->desc, p->a, p->b, p->c, p->c, pref, candidates_wanted(), candidates, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     // Either failure names the product, so a rejected shape or epilogue can be found at once.
     LLMC_CHECK(st == CUBLAS_STATUS_SUCCESS && found >= 1,
@@ -375,16 +392,25 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         };
         auto* hash = static_cast<unsigned long long*>(d_hash);
         int same = 0, best = 0;
+        std::string times;  // for LLMC_AUTOTUNE_LOG: each candidate's median ms, "-" if not equal
         if (run_once(0)) {
             const uint64_t reference = outputs_hash(ctx, t, s, hash);
             cudaEvent_t start, stop;
             LLMC_CUDA_CHECK(cudaEventCreate(&start));
             LLMC_CUDA_CHECK(cudaEventCreate(&stop));
             float best_ms = time_candidate(ctx, p, t, &candidates[0].algo, start, stop);
+            char buf[32];
+            std::snprintf(buf, sizeof(buf), " %.4f", best_ms);
+            times += buf;
             for (int i = 1; i < count; i++) {
-                if (!run_once(i) || outputs_hash(ctx, t, s, hash) != reference) continue;
+                if (!run_once(i) || outputs_hash(ctx, t, s, hash) != reference) {
+                    times += " -";
+                    continue;
+                }
                 same++;
                 const float ms = time_candidate(ctx, p, t, &candidates[i].algo, start, stop);
+                std::snprintf(buf, sizeof(buf), " %.4f", ms);
+                times += buf;
                 if (ms < best_ms) best_ms = ms, best = i;
             }
             LLMC_CUDA_CHECK(cudaEventDestroy(start));
@@ -394,8 +420,9 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         if (std::getenv("LLMC_AUTOTUNE_LOG") != nullptr) {
             std::fprintf(stderr,
                          "autotune: m=%d n=%d k=%d batch=%d epilogue=%d: %d of %d other candidates "
-                         "bitwise equal to the first; running #%d\n",
-                         c.m, c.n, c.k, c.batch, (int)c.epilogue, same, count - 1, best);
+                         "bitwise equal to the first; running #%d; ms:%s\n",
+                         c.m, c.n, c.k, c.batch, (int)c.epilogue, same, count - 1, best,
+                         times.c_str());
         }
         if (accumulate) {
             LLMC_CUDA_CHECK(cudaMemcpyAsync(c.D, d_saved, s.d * sizeof(floatX),

@@ -9,8 +9,10 @@
 #   scripts/bench/bench.sh [-s STEPS] [-d DATA_GLOB] [-o OUTDIR] [-a BACKENDS] [-M MODES] [-g GPUS] [-k]
 #                    [CONFIG ...]
 #
-# CONFIG is preset:B:T:precision, e.g. d12:64:1024:bf16. Default set:
+# CONFIG is preset:B:T:precision[:rN][:ours], e.g. d12:64:1024:bf16. Default set:
 #   d12:64:1024:bf16 d12:4:1024:bf16 d12:4:1024:fp32 d24:16:1024:bf16
+# :rN runs ours with --recompute N (0-2; PyTorch keeps every activation either way) and :ours
+# runs ours alone (for a B where PyTorch is known not to fit), e.g. d48:33:1024:bf16:r2:ours.
 # Each config runs build/<precision>/train_gpt2cu (built with `make PRECISION=...` when missing)
 # and scripts/ref/train_gpt2.py --compile --fused-adamw --tf32 (TF32 on for both in fp32) once per
 # SDPA backend in BACKENDS (comma-separated from auto,flash,cudnn,efficient,math) and
@@ -76,8 +78,8 @@ if ! [[ "$steps" =~ ^[0-9]+$ ]] || [ "$steps" -lt 8 ]; then
     exit 2
 fi
 for c in "${configs[@]}"; do
-    if ! [[ "$c" =~ ^d(12|24|36|48):[0-9]+:[0-9]+:(bf16|fp32)$ ]]; then
-        echo "error: config '$c' is not preset:B:T:precision (e.g. d12:64:1024:bf16)" >&2
+    if ! [[ "$c" =~ ^d(12|24|36|48):[0-9]+:[0-9]+:(bf16|fp32)(:r[0-2])?(:ours)?$ ]]; then
+        echo "error: config '$c' is not preset:B:T:precision[:rN][:ours] (e.g. d12:64:1024:bf16)" >&2
         exit 2
     fi
 done
@@ -185,8 +187,12 @@ not_run() {
 tags=()
 nfail=0
 for c in "${configs[@]}"; do
-    IFS=: read -r model B T prec <<<"$c"
-    tag="${model}_b${B}_t${T}_${prec}"
+    IFS=: read -r model B T prec opt1 opt2 <<<"$c"
+    rec="" only=0
+    for o in $opt1 $opt2; do
+        case $o in r?) rec=${o#r} ;; ours) only=1 ;; esac
+    done
+    tag="${model}_b${B}_t${T}_${prec}${rec:+_r$rec}"
     dtype=float32
     [ "$prec" = bf16 ] && dtype=bfloat16
     list=$backends
@@ -194,6 +200,7 @@ for c in "${configs[@]}"; do
     # One PyTorch variant per backend and mode: "BACKEND" (mode default, the tags of earlier
     # runs) or "BACKEND+MODE".
     variants=""
+    [ $only = 1 ] && list=""
     for b in ${list//,/ }; do
         for m in ${modes//,/ }; do
             v=$b
@@ -217,7 +224,7 @@ for c in "${configs[@]}"; do
             not_run "ours_$tag$sfx" "scripts/run/launch.sh (train_gpt2cu's multi-GPU launcher) is missing"
         else
             run "ours_$tag$sfx" "${ours[@]}" -i "$data" -e "$model" -b "$B" -t "$T" -x "$steps" \
-                -l 1e-4 --tf32 1
+                -l 1e-4 --tf32 1 ${rec:+--recompute "$rec"}
         fi
         for v in ${variants//,/ }; do
             b=${v%%+*} m=default
@@ -264,7 +271,7 @@ device, lines, verdicts = None, [], []
 for spec in specs:
     tag, variants = spec.split(":")
     ours = load(f"ours_{tag}")
-    torch = {v: load(f"torch_{v}_{tag}") for v in variants.split(",")}
+    torch = {v: load(f"torch_{v}_{tag}") for v in variants.split(",") if v}
     ok = {v: r for v, r in torch.items() if r}
     best = max(ok, key=lambda v: ok[v]["tok_s"]) if ok else None
     base = ok[best] if best else None
@@ -283,7 +290,7 @@ for spec in specs:
     for v, r in torch.items():
         extra = "1 (baseline)" if v == best else (f"{r['tok_s'] / base['tok_s']:.3f}" if r and base else "")
         row(f"PyTorch {variant_label(v)}", r, f"torch_{v}_{tag}", extra)
-    verdicts.append(f"{tag}: ours / PyTorch tok/s = " + (f"{ratio:.3f}x (baseline {variant_label(best)})" if ratio else "n/a"))
+    verdicts.append(f"{tag}: ours / PyTorch tok/s = " + (f"{ratio:.3f}x (baseline {variant_label(best)})" if ratio else "n/a (ours alone)" if not torch else "n/a"))
 
 date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 print(f"\n## bench.sh: {device or 'unknown device'}, {date}, commit {commit}\n")
