@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "device_utils.cuh"
