@@ -7,6 +7,7 @@
 
 #include "arch.cuh"
 #include "context.cuh"
+#include "util.h"
 
 namespace llmc {
 
@@ -79,17 +80,6 @@ unsigned branches_from_env() {
     return bits;
 }
 
-// A 0/1 switch or variant number from the environment (unset: 0).
-int flag_from_env(const char* name, int max_value) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return 0;
-    char* end = nullptr;
-    const long x = std::strtol(v, &end, 10);
-    LLMC_CHECK(*end == '\0' && x >= 0 && x <= max_value, "%s=%s: use a number from 0 to %d", name,
-               v, max_value);
-    return (int)x;
-}
-
 cudaEvent_t next_event(const Context& ctx) {
     cudaEvent_t e = ctx.branch_events[ctx.branch_next_event];
     ctx.branch_next_event = (ctx.branch_next_event + 1) % kBranchEvents;
@@ -122,9 +112,9 @@ void context_init(Context* ctx, int device, bool tf32) {
     LLMC_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
     LLMC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
-    context_set_overlap(ctx, branches_from_env(), flag_from_env("LLMC_PDL", 1) != 0);
-    ctx->layernorm_backward_variant = flag_from_env("LLMC_LAYERNORM_BACKWARD_VARIANT", 1);
-    ctx->classifier_variant = flag_from_env("LLMC_CLASSIFIER_VARIANT", 1);
+    context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 0) != 0);
+    ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 1, 0);
+    ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 0);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {

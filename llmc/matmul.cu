@@ -20,6 +20,7 @@
 #include "device_utils.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
+#include "util.h"
 
 namespace llmc {
 
@@ -114,15 +115,8 @@ constexpr int kDefaultCandidates = 8;
 constexpr int kMaxCandidates = 64;
 
 int candidates_wanted() {
-    static const int wanted = [] {
-        const char* v = std::getenv("LLMC_AUTOTUNE_CANDIDATES");
-        if (v == nullptr || *v == '\0') return kDefaultCandidates;
-        char* end = nullptr;
-        const long x = std::strtol(v, &end, 10);
-        LLMC_CHECK(*end == '\0' && x >= 1 && x <= kMaxCandidates,
-                   "LLMC_AUTOTUNE_CANDIDATES=%s: use a number from 1 to %d", v, kMaxCandidates);
-        return (int)x;
-    }();
+    static const int wanted =
+        env_int("LLMC_AUTOTUNE_CANDIDATES", 1, kMaxCandidates, kDefaultCandidates);
     return wanted;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -56,6 +57,17 @@ void keep_lines(const std::string& path, const std::function<bool(const std::str
     for (const std::string& l : kept) std::fprintf(out, "%s\n", l.c_str());
     LLMC_CHECK(std::fclose(out) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0,
                "cannot write %s '%s' (%s).", what, path.c_str(), std::strerror(errno));
+}
+
+int env_int(const char* name, int lo, int hi, int fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    char* end = nullptr;
+    errno = 0;
+    const long x = std::strtol(v, &end, 10);
+    LLMC_CHECK(*end == '\0' && errno == 0 && x >= lo && x <= hi,
+               "%s=%s: use a whole number from %d to %d.", name, v, lo, hi);
+    return (int)x;
 }
 
 }  // namespace llmc

@@ -2,8 +2,8 @@
 // checksum, the checkpoint writer/reader round trip (fp32 build layout, and bf16 with raw
 // parameters), finding the newest complete checkpoint among partial and temporary files, pruning,
 // the options a checkpoint records (from the trainer's option table) and the resume checks on
-// them, the header layout of version 1, the log's truncation on resume, and the refusal of every
-// malformed file.
+// them, the header layout of version 1, the log's truncation on resume, the refusal of every
+// malformed file, and util's env_int (the LLMC_* switches).
 //
 // Readers end the program on a bad file (LLMC_FAIL -> exit 1), so each malformed case runs in a
 // forked child whose stderr is captured: the case passes when the child exits with status 1
@@ -624,6 +624,28 @@ void test_run_log(const std::string& dir) {
     std::remove(path.c_str());
 }
 
+// util's env_int, which reads the LLMC_* switches: unset and empty give the fallback, a number
+// in range is taken, anything else ends the program with the variable, its value and the range.
+void test_env_int() {
+    const char* name = "LLMC_TEST_ENV_INT";
+    unsetenv(name);
+    check(llmc::env_int(name, 1, 64, 8) == 8, "env_int: unset gives the fallback");
+    setenv(name, "", 1);
+    check(llmc::env_int(name, 1, 64, 8) == 8, "env_int: empty gives the fallback");
+    setenv(name, "32", 1);
+    check(llmc::env_int(name, 1, 64, 8) == 32, "env_int: 32 in [1, 64] is taken");
+    setenv(name, "0", 1);
+    check(llmc::env_int(name, 0, 1, 7) == 0, "env_int: 0, the low end of [0, 1], is taken");
+    setenv(name, "1", 1);
+    check(llmc::env_int(name, 0, 1, 7) == 1, "env_int: 1, the high end of [0, 1], is taken");
+    for (const char* bad : {"65", "0", "-3", "2x", "1.5", "99999999999999999999"}) {
+        setenv(name, bad, 1);
+        expect_refusal("env_int", name, {std::string(name) + "=" + bad, "from 1 to 64"},
+                       [&] { llmc::env_int(name, 1, 64, 8); });
+    }
+    unsetenv(name);
+}
+
 void remove_dir(const std::string& dir) {
     const std::string cmd = "rm -rf '" + dir + "'";
     if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
@@ -650,6 +672,7 @@ int main() {
     test_version1_layout(dir + "/fp32", &rng);
     test_refusals(dir + "/bad", &rng);
     test_run_log(dir);
+    test_env_int();
     remove_dir(dir);
     std::printf("test_checkpoint: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
