@@ -115,6 +115,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 0) != 0);
     ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 1, 0);
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 0);
+    ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 1, 1) != 0;
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -134,7 +135,8 @@ std::string context_overlap_summary(const Context& ctx) {
     b = b.empty() ? "none" : b.substr(0, b.size() - 1);
     return "branches " + b + " | pdl " + (ctx.pdl ? "on" : "off") +
            " | layernorm backward variant " + std::to_string(ctx.layernorm_backward_variant) +
-           " | classifier variant " + std::to_string(ctx.classifier_variant);
+           " | classifier variant " + std::to_string(ctx.classifier_variant) +
+           " | flash backward " + (ctx.flash_fused_backward ? "fused" : "split");
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

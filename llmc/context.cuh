@@ -16,7 +16,8 @@
 //                  each may be scheduled while its predecessor finishes, and waits for it
 //                  (griddepcontrol.wait) before touching memory.
 // and the choice between kernel variants of one op (0: the established kernel, 1: the newer):
-//   LLMC_LAYERNORM_BACKWARD_VARIANT, LLMC_CLASSIFIER_VARIANT (layernorm.cu, classifier.cu).
+//   LLMC_LAYERNORM_BACKWARD_VARIANT, LLMC_CLASSIFIER_VARIANT (layernorm.cu, classifier.cu),
+//   LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper attention backward in one kernel).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -63,6 +64,9 @@ struct Context {
     bool pdl = false;
     int layernorm_backward_variant = 0;
     int classifier_variant = 0;
+    // Hopper flash attention backward: the fused kernel (flash_attention.cuh, kSm90Fused) or
+    // the dq and dk/dv kernels (LLMC_FLASH_FUSED_BACKWARD=0).
+    bool flash_fused_backward = true;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

@@ -1169,9 +1169,9 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS) {
 
 int flash_attention_variants(FlashPass pass, FlashPath path) {
     LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
-    if (path == FlashPath::kSm90) {
-        return pass == FlashPass::kForward ? flash_attention_sm90_forward_variants()
-                                           : flash_attention_sm90_backward_variants();
+    if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused) {
+        if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variants();
+        return path == FlashPath::kSm90 ? flash_attention_sm90_backward_variants() : 1;
     }
     switch (pass) {
         case FlashPass::kForward:
@@ -1186,8 +1186,12 @@ int flash_attention_variants(FlashPass pass, FlashPath path) {
 const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath path) {
     LLMC_CHECK(variant >= 0 && variant < flash_attention_variants(pass, path),
                "flash_attention_variant_name: no variant %d.", variant);
-    if (path == FlashPath::kSm90) {
+    if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused) {
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
+        if (path == FlashPath::kSm90Fused) {
+            return "fused: dq, dk and dv in one kernel, dq added into a float accumulator in a "
+                   "fixed order";
+        }
         return flash_attention_sm90_backward_variant_name(variant);
     }
     return variant_name(pass, variant);
@@ -1200,7 +1204,7 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
     check_args("flash_attention_forward", B, T, NH, HS, ptrs, 3);
     LLMC_CHECK(path != FlashPath::kAuto || variant == 0,
                "flash_attention_forward: variant %d needs a named path.", variant);
-    if (path == FlashPath::kSm90 ||
+    if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused ||
         (path == FlashPath::kAuto && flash_attention_sm90_available(ctx, HS))) {
         flash_attention_sm90_forward(ctx, out, lse, qkv, B, T, NH, HS, variant);
         return;
@@ -1226,11 +1230,16 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
                "flash_attention_backward: variants %d / %d need a named path.", dq_variant,
                dkdv_variant);
     const int C = NH * HS;
-    if (path == FlashPath::kSm90 ||
+    if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused ||
         (path == FlashPath::kAuto && flash_attention_sm90_backward_available(ctx, HS))) {
-        const BiasPartials parts =
-            flash_attention_sm90_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS,
-                                          dbias != nullptr, dq_variant, dkdv_variant);
+        const bool fused =
+            path == FlashPath::kSm90Fused || (path == FlashPath::kAuto && ctx.flash_fused_backward);
+        LLMC_CHECK(!fused || (dq_variant == 0 && dkdv_variant == 0),
+                   "flash_attention_backward: the fused backward has no variants (got %d / %d).",
+                   dq_variant, dkdv_variant);
+        const BiasPartials parts = flash_attention_sm90_backward(
+            ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr, dq_variant,
+            dkdv_variant, fused ? kBackwardFused : kBackwardDq | kBackwardDkdv);
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);

@@ -34,7 +34,10 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 // flash_attention_sm90_backward_available says so; the others force one set (the test and the
 // benchmark run both). LLMC_FLASH_SM90=0 in the environment switches the Hopper kernels off
 // (kAuto then takes mma.sync; kSm90 fails), LLMC_FLASH_SM90=fwd the Hopper backward alone.
-enum class FlashPath { kAuto, kMmaSync, kSm90 };
+// kSm90Fused is kSm90 with the Hopper backward's fused kernel (one kernel for dq, dk and dv; dq
+// summed in a fixed order of its own, so its bits differ from kSm90's two kernels'), which kAuto
+// takes unless LLMC_FLASH_FUSED_BACKWARD=0 (Context::flash_fused_backward).
+enum class FlashPath { kAuto, kMmaSync, kSm90, kSm90Fused };
 bool flash_attention_sm90_available(const Context& ctx, int HS);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 

@@ -41,14 +41,18 @@ void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float*
 // Two kernels, dq then dk/dv, each with its variants (the same list for both; variant 0 is the
 // default). `kernels` (kBackwardDq | kBackwardDkdv) launches one of them alone, for the
 // benchmark's split: the dk/dv kernel reads the lse and D rows the dq kernel writes to scratch,
-// so alone it reads those of the last dq launch on the same scratch.
+// so alone it reads those of the last dq launch on the same scratch. kBackwardFused instead runs
+// the fused backward (flash_attention_sm90_backward.cu, "fused dq + dk/dv": one kernel computes
+// dk, dv and a float dq accumulator, added in a fixed order), the variants ignored: dk, dv and
+// the dk/dv bias partials are bitwise the two kernels' (the same GEMMs and sums), dq and its
+// bias partials are summed in another order.
 struct BiasPartials {
     float* q;
     int rows_q;
     float* kv;
     int rows_kv;
 };
-constexpr unsigned kBackwardDq = 1, kBackwardDkdv = 2;
+constexpr unsigned kBackwardDq = 1, kBackwardDkdv = 2, kBackwardFused = 4;
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS);
 int flash_attention_sm90_backward_variants();

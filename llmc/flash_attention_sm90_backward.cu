@@ -63,23 +63,33 @@ __host__ __device__ inline int padded_t(int T) {
 }
 
 // Scratch: lse2 and D (B*NH*T_pad floats each), then the bias partials of dq (B * ceil(T/128)
-// rows of C floats) and of dk/dv (as many rows of 2C).
+// rows of C floats) and of dk/dv (as many rows of 2C); for the fused kernel also the float dq
+// accumulator (B*NH*T_pad rows of HS floats, in 64-row tiles laid out as dq_tile_offset) and
+// the flags: one per (b, h, 64-row query tile), then the tile ticket counter.
 struct Scratch {
-    float *lse2, *d, *part_q, *part_kv;
+    float *lse2, *d, *part_q, *part_kv, *dq_acc;
+    int* flags;
 };
 size_t stats_bytes(int B, int T, int NH) {
     return aligned_bytes((size_t)B * NH * padded_t(T) * sizeof(float));
 }
 size_t part_rows(int B, int T) { return (size_t)B * ((T + kRows - 1) / kRows); }
+size_t flag_count(int B, int T, int NH) { return (size_t)B * NH * (padded_t(T) / kInner) + 1; }
+size_t dq_acc_bytes(int B, int T, int NH, int HS) {
+    return aligned_bytes((size_t)B * NH * padded_t(T) * HS * sizeof(float));
+}
 Scratch split_scratch(void* scratch, int B, int T, int NH, int HS) {
     unsigned char* p = static_cast<unsigned char*>(scratch);
     const size_t stats = stats_bytes(B, T, NH);
+    const size_t part_q = aligned_bytes(part_rows(B, T) * NH * HS * sizeof(float));
+    const size_t part_kv = aligned_bytes(part_rows(B, T) * 2 * NH * HS * sizeof(float));
     Scratch s;
     s.lse2 = reinterpret_cast<float*>(p);
     s.d = reinterpret_cast<float*>(p + stats);
     s.part_q = reinterpret_cast<float*>(p + 2 * stats);
-    s.part_kv = reinterpret_cast<float*>(p + 2 * stats +
-                                         aligned_bytes(part_rows(B, T) * NH * HS * sizeof(float)));
+    s.part_kv = reinterpret_cast<float*>(p + 2 * stats + part_q);
+    s.dq_acc = reinterpret_cast<float*>(p + 2 * stats + part_q + part_kv);
+    s.flags = reinterpret_cast<int*>(p + 2 * stats + part_q + part_kv + dq_acc_bytes(B, T, NH, HS));
     return s;
 }
 
@@ -125,6 +135,43 @@ struct BwdSmem {
     __device__ uint32_t empty(int s) const { return bar(2 + STAGES + s); }
 };
 
+// The fused kernel's shared memory: BwdSmem's, then (1024-aligned) each consumer warpgroup's
+// P^T and dS^T tiles (FusedTiles: 64 keys x 64 queries bf16 each, 128-byte swizzled), two dq
+// tile buffers (kInner x HS floats, dq_tile_offset layout) with the metadata of the tile each
+// holds, the two tile slots the producer hands the consumers, and the dq buffers' barriers.
+struct DqMeta {
+    long long offset;  // of the tile in the dq accumulator, in floats
+    int flag;          // index of the tile's flag
+    int order;         // this CTA's place among the tile's writers (0: stores); -1: no more tiles
+};
+template <int HS, int STAGES>
+struct FusedSmem : BwdSmem<HS, STAGES> {
+    using Base = BwdSmem<HS, STAGES>;
+    static constexpr uint32_t kTileBytes = 64 * kInner * 2;
+    static constexpr uint32_t kTilesBytes = 2 * kTileBytes;  // one warpgroup's P^T and dS^T
+    static constexpr uint32_t kDqBytes = kInner * HS * 4;
+    static constexpr uint32_t kTiles = (Base::kBars + Base::kNumBars * 8 + 1023) / 1024 * 1024;
+    static constexpr uint32_t kDq = kTiles + 2 * kTilesBytes;
+    static constexpr uint32_t kMeta = kDq + 2 * kDqBytes;
+    static constexpr uint32_t kSlots = kMeta + 2 * sizeof(DqMeta);
+    static constexpr uint32_t kDqBars = kSlots + 16;
+    static constexpr size_t kDynamicBytes = kDqBars + 4 * 8 + 1024;
+    static_assert(sizeof(DqMeta) == 16, "DqMeta packs into 16 bytes");
+
+    __device__ uint32_t tiles(int cw) const { return this->base + kTiles + cw * kTilesBytes; }
+    __device__ uint32_t dq(int buffer) const { return this->base + kDq + buffer * kDqBytes; }
+    __device__ DqMeta* meta(int buffer) const {
+        return reinterpret_cast<DqMeta*>(this->generic + kMeta) + buffer;
+    }
+    __device__ volatile int* slot(int i) const {
+        return reinterpret_cast<volatile int*>(this->generic + kSlots) + i;
+    }
+    __device__ uint32_t dq_full(int buffer) const { return this->base + kDqBars + 8 * buffer; }
+    __device__ uint32_t dq_empty(int buffer) const {
+        return this->base + kDqBars + 16 + 8 * buffer;
+    }
+};
+
 #ifdef LLMC_SM90A_DEVICE
 using namespace sm90;
 
@@ -132,6 +179,7 @@ constexpr int kConsumerWarps = 8;
 // Named barriers (0 is __syncthreads'): the 256 consumer threads; each consumer warpgroup's 128.
 constexpr int kConsumersBarrier = 1;
 constexpr int kWarpgroupBarrier = 2;  // + consumer warpgroup index
+constexpr int kDqPairBarrier = 4;     // + dq buffer index: warpgroup 0's dq partial written
 
 template <int HS, int STAGES>
 __device__ BwdSmem<HS, STAGES> bwd_smem(unsigned char* smem_raw) {
@@ -245,19 +293,15 @@ __device__ void dq_producer(const CUtensorMap* qkv_rows, const CUtensorMap* dout
     }
 }
 
-// D = dO . O of the warpgroup's 64 rows from row0 (two threads a row, HS / 2 channels each, from
-// global memory), written with lse * log2(e) into the padded rows of the dk/dv kernel (rows
-// row0 .. < T_pad; +inf and 0 past T); returns lse2 and D of this thread's fragment rows.
+// D_r = dO_r . O_r summed by a pair of adjacent lanes, each over HS / 2 channels from `at` (its
+// half of the row), then across the pair; every lane of the warp calls it (valid false: the
+// lane's half counts 0). The one order in which every D is summed, so that the dq kernel and
+// the fused kernel's row statistics agree bit for bit.
 template <int HS>
-__device__ void dq_row_stats(float (&row_d)[2], float (&row_lse2)[2], const bf16* dout,
-                             const bf16* out, const float* lse, float* lse2, float* D,
-                             float* row_d_smem, long long bh, int b, int h, int NH, int T, int row0,
-                             int row_frag, int cw) {
-    const int wt = threadIdx.x % 128, C = NH * HS, T_pad = padded_t(T);
-    const int r = row0 + wt / 2, c0 = (wt % 2) * (HS / 2);
+__device__ __forceinline__ float row_dot_pair(const bf16* dout, const bf16* out, long long at,
+                                              bool valid) {
     float sum = 0.0f;
-    if (r < T) {
-        const long long at = ((long long)b * T + r) * C + h * HS + c0;
+    if (valid) {
 #pragma unroll
         for (int c = 0; c < HS / 2; c += 8) {
             const uint4 x = *reinterpret_cast<const uint4*>(dout + at + c);
@@ -271,7 +315,20 @@ __device__ void dq_row_stats(float (&row_d)[2], float (&row_lse2)[2], const bf16
             }
         }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    return sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+}
+
+// D = dO . O of the warpgroup's 64 rows from row0 (two threads a row, HS / 2 channels each, from
+// global memory), written with lse * log2(e) into the padded rows of the dk/dv kernel (rows
+// row0 .. < T_pad; +inf and 0 past T); returns lse2 and D of this thread's fragment rows.
+template <int HS>
+__device__ void dq_row_stats(float (&row_d)[2], float (&row_lse2)[2], const bf16* dout,
+                             const bf16* out, const float* lse, float* lse2, float* D,
+                             float* row_d_smem, long long bh, int b, int h, int NH, int T, int row0,
+                             int row_frag, int cw) {
+    const int wt = threadIdx.x % 128, C = NH * HS, T_pad = padded_t(T);
+    const int r = row0 + wt / 2, c0 = (wt % 2) * (HS / 2);
+    const float sum = row_dot_pair<HS>(dout, out, ((long long)b * T + r) * C + h * HS + c0, r < T);
     float* rows = row_d_smem + 64 * cw;
     if (wt % 2 == 0) {
         rows[wt / 2] = sum;
@@ -455,35 +512,46 @@ __device__ void dq_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dq
 
 // ---- dk / dv ------------------------------------------------------------------------------------
 
-// The producer's thread: per tile K and V (kRows keys), then Q, dO, lse2 and D of the query
-// tiles from the diagonal to T.
+// The loads of one dk/dv tile (head bh, keys from k0): K and V (kRows keys) once outer_empty
+// allows, then Q, dO, lse2 and D of the query tiles from the diagonal to T through the ring (qs:
+// the ring position, advanced).
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_load_tile(const CUtensorMap* qkv_rows,
+                                               const CUtensorMap* qkv_inner,
+                                               const CUtensorMap* dout_inner, const float* lse2,
+                                               const float* D, const BwdSmem<HS, STAGES>& sm, int T,
+                                               int NH, int bh, int k0, int& qs) {
+    const int n_qt = padded_t(T) / kInner, T_pad = padded_t(T), b = bh / NH, h = bh % NH;
+    mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS, STAGES>::kOuterBytes);
+    tma_load_tile<HS, kRows>(sm.outer(0), qkv_rows, sm.outer_full(), NH + h, k0, b);
+    tma_load_tile<HS, kRows>(sm.outer(1), qkv_rows, sm.outer_full(), 2 * NH + h, k0, b);
+    for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
+        const int s = qs % STAGES;
+        mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
+        mbar_arrive_expect_tx(
+            sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes + BwdSmem<HS, STAGES>::kStatsBytes);
+        tma_load_tile<HS, kInner>(sm.inner(s, 0), qkv_inner, sm.full(s), h, qt * kInner, b);
+        tma_load_tile<HS, kInner>(sm.inner(s, 1), dout_inner, sm.full(s), h, qt * kInner, b);
+        const long long at = (long long)bh * T_pad + qt * kInner;
+        bulk_load(sm.stats(s), lse2 + at, kInner * 4, sm.full(s));
+        bulk_load(sm.stats(s) + kInner * 4, D + at, kInner * 4, sm.full(s));
+    }
+}
+
+// The producer's thread: per tile of the schedule, its loads.
 template <int HS, int STAGES>
 __device__ void dkdv_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qkv_inner,
                               const CUtensorMap* dout_inner, const float* lse2, const float* D,
                               const BwdSmem<HS, STAGES>& sm, int T, int NH,
                               const TileSchedule& sched) {
-    const int n_qt = padded_t(T) / kInner, T_pad = padded_t(T);
     int qs = 0, tiles = 0;
     for (int i = 0;; i++) {
         const Tile t = schedule_tile(sched, i);
         if (t.done) break;
         if (!t.valid) continue;
-        const int b = t.bh / NH, h = t.bh % NH, k0 = t.rank * kRows;
         mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
-        mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS, STAGES>::kOuterBytes);
-        tma_load_tile<HS, kRows>(sm.outer(0), qkv_rows, sm.outer_full(), NH + h, k0, b);
-        tma_load_tile<HS, kRows>(sm.outer(1), qkv_rows, sm.outer_full(), 2 * NH + h, k0, b);
-        for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
-            const int s = qs % STAGES;
-            mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
-            mbar_arrive_expect_tx(sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes +
-                                                  BwdSmem<HS, STAGES>::kStatsBytes);
-            tma_load_tile<HS, kInner>(sm.inner(s, 0), qkv_inner, sm.full(s), h, qt * kInner, b);
-            tma_load_tile<HS, kInner>(sm.inner(s, 1), dout_inner, sm.full(s), h, qt * kInner, b);
-            const long long at = (long long)t.bh * T_pad + qt * kInner;
-            bulk_load(sm.stats(s), lse2 + at, kInner * 4, sm.full(s));
-            bulk_load(sm.stats(s) + kInner * 4, D + at, kInner * 4, sm.full(s));
-        }
+        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, T, NH, t.bh,
+                                   t.rank * kRows, qs);
         tiles++;
     }
 }
@@ -607,6 +675,122 @@ __device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS /
     release(sm.empty(ps), lane);
 }
 
+// ---- The fused kernel's dk/dv steps
+// ---------------------------------------------------------------
+//
+// A warpgroup's P^T and dS^T (64 keys x 64 queries each) go to swizzled shared-memory tiles
+// instead of registers: K-major A operands of dv += P^T dO and dk += dS^T Q, and dS^T the
+// MN-major A operand of the dq partial over the warpgroup's keys, dq = dS K (M = queries,
+// N = HS, K = keys; B: its K rows, MN-major).
+struct FusedTiles {
+    uint32_t p, ds;   // this warpgroup's P^T and dS^T tiles (FusedSmem::tiles)
+    uint32_t k_rows;  // K rows of this warpgroup's keys in the outer tile
+};
+
+// dv += P^T dO and dk += dS^T Q of stage s, and the tile's dq partial (overwritten).
+template <int HS, int STAGES>
+__device__ __forceinline__ void fused_issue_gradients(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                                      float (&dq)[HS / 2], const FusedTiles& t,
+                                                      const BwdSmem<HS, STAGES>& sm, int s,
+                                                      bool accumulate) {
+#pragma unroll
+    for (int ks = 0; ks < kInner / 16; ks++) {
+        wgmma_ss<HS, 0, 1>(dv, kmajor_desc(t.p, 64, 0, ks),
+                           mnmajor_desc(sm.inner(s, 1), kInner, ks), accumulate || ks > 0);
+    }
+#pragma unroll
+    for (int ks = 0; ks < kInner / 16; ks++) {
+        wgmma_ss<HS, 0, 1>(dk, kmajor_desc(t.ds, 64, 0, ks),
+                           mnmajor_desc(sm.inner(s, 0), kInner, ks), accumulate || ks > 0);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 64 / 16; ks++) {
+        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds, 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
+                           ks > 0);
+    }
+}
+
+// v, which the compiler must treat as unknown: addresses derived from it are recomputed where
+// they are used instead of being kept live in registers across the consumer's loops.
+__device__ __forceinline__ uint32_t opaque(uint32_t v) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(v));
+    return v;
+}
+
+// Element pair r (elements 2r, 2r + 1) of a thread's 64 x 64 accumulator lies in row
+// r0 + 8 (r % 2) and columns 8 (r / 2) + 2 (wt % 4) + {0, 1}, r0 = 16 (wt / 32) + (wt % 32) / 4.
+// In a 128-byte swizzled bf16 tile (swizzled_offset) that is byte
+//   r0 * 128 + 4 (wt % 4) + 1024 (r % 2) + (16 (r / 2) ^ 16 (r0 % 8)),
+// and in a dq tile (dq_tile_offset, floats) byte
+//   r0 * 256 + 8 (wt % 4) + 2048 (r % 2) + (32 (r / 2) ^ 32 (r0 % 8)).
+struct FragAddress {
+    uint32_t base, x;  // the terms that do not depend on r, and 16 (r0 % 8) or 32 (r0 % 8)
+    __device__ uint32_t at(int r, int row_step, int col_step) const {
+        return base + row_step * (r % 2) + ((col_step * (r / 2)) ^ x);
+    }
+};
+__device__ __forceinline__ FragAddress swizzled_frag(uint32_t tile) {
+    const uint32_t wt = threadIdx.x % 128, r0 = 16 * (wt / 32) + (wt % 32) / 4;
+    return FragAddress{tile + opaque(r0 * 128 + 4 * (wt % 4)), opaque(16 * (r0 % 8))};
+}
+__device__ __forceinline__ FragAddress dq_frag(uint32_t tile) {
+    const uint32_t wt = threadIdx.x % 128, r0 = 16 * (wt / 32) + (wt % 32) / 4;
+    return FragAddress{tile + opaque(r0 * 256 + 8 * (wt % 4)), opaque(32 * (r0 % 8))};
+}
+
+// A 64 x 64 fp32 accumulator rounded to bf16 (in the pairs accumulator_to_a makes) into a
+// swizzled tile, fenced for the async proxy (the warpgroup barrier that completes it is the
+// caller's).
+__device__ __forceinline__ void store_tile(const float (&x)[32], uint32_t tile) {
+    const FragAddress a = swizzled_frag(tile);
+#pragma unroll
+    for (int r = 0; r < 16; r++) {
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a.at(r, 1024, 16)),
+                     "r"(pack_bf16(x[2 * r], x[2 * r + 1]))
+                     : "memory");
+    }
+    fence_proxy_async_shared();
+}
+
+// One query tile of a fused warpgroup, one GEMM group at a time: S^T and dP^T of stage s, P^T
+// and dS^T into the warpgroup's tiles, then dv, dk and the tile's dq partial, handed over by
+// publish() once complete; stage s released. (Overlapping the next tile's S^T and dP^T with
+// these GEMMs, as the dk/dv kernel does, needs more registers than the kernel's budget with the
+// dq accumulator live too.)
+template <int HS, int STAGES, typename Publish>
+__device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                           float (&dq)[HS / 2], float (&st)[32], float (&dpt)[32],
+                                           const FusedTiles& t, const BwdSmem<HS, STAGES>& sm,
+                                           int s, int cw, int q0, int key0, float scale_log2,
+                                           bool accumulate, int lane, const Publish& publish) {
+    fence_operands(st);
+    fence_operands(dpt);
+    wgmma_fence();
+    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
+                                    false);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(st);
+    fence_operands(dpt);
+    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+    store_tile(st, t.p);
+    store_tile(dpt, t.ds);
+    named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the tiles written by every thread
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    wgmma_fence();
+    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, sm, s, accumulate);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    release(sm.empty(s), lane);
+    publish();
+}
+
 // PIPELINED: S^T and dP^T of each query tile issued with dv and dk of the one before
 // (dkdv_step_overlapped), else one GEMM group at a time (dkdv_step).
 template <int HS, int STAGES, bool PIPELINED>
@@ -673,6 +857,187 @@ __device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ 
         tiles++;
     }
 }
+
+// ---- fused dq + dk/dv
+// -----------------------------------------------------------------------------
+//
+// The dk/dv kernel's tiles, each also computing the dq partial of every query tile it visits
+// over its 128 keys (two warpgroup partials added in shared memory), which a writer warp adds
+// into a float dq accumulator in global memory. Deterministic: a query tile's partials are added
+// in one fixed order, the key tiles from the diagonal down (the first stores, the others add),
+// each writer waiting on the tile's flag (the number of partials added so far) before its bulk
+// add. Tiles are handed out by a ticket counter in that order (per head, key tiles from the last
+// down), so a tile waits only on tiles handed out before it, which are running or done: no
+// deadlock, whatever order the hardware starts CTAs in. dq_convert_kernel then scales and rounds
+// the accumulator into dqkv.
+
+// The producer's thread: takes tickets until they run out, hands each tile to the consumers in
+// a slot (read after outer_full), and loads it; -1 in the slot ends the consumers' loop.
+template <int HS, int STAGES>
+__device__ void fused_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qkv_inner,
+                               const CUtensorMap* dout_inner, const float* lse2, const float* D,
+                               const FusedSmem<HS, STAGES>& sm, int T, int NH, int n_kb, int total,
+                               int* ticket_counter) {
+    int qs = 0;
+    for (int tiles = 0;; tiles++) {
+        const int ticket = atomicAdd(ticket_counter, 1);
+        mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
+        if (ticket >= total) {
+            *sm.slot(tiles & 1) = -1;
+            mbar_arrive(sm.outer_full());
+            return;
+        }
+        *sm.slot(tiles & 1) = ticket;
+        const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb;
+        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, T, NH, bh,
+                                   kb * kRows, qs);
+    }
+}
+
+// Element (r, c) of a 64 x HS dq tile, in floats from the tile's start: each row's column pairs
+// permuted by r % 8 so that a warp's float2 stores of an accumulator hit every bank pair once
+// per 16 lanes (dq_convert_kernel reads the same layout).
+template <int HS>
+__host__ __device__ constexpr int dq_tile_offset(int r, int c) {
+    static_assert(HS == 64, "dq tiles: 32 column pairs a row, permuted within the row");
+    return r * HS + 2 * ((c / 2) ^ (4 * (r % 8))) + c % 2;
+}
+
+// Hands query tile `meta` of this CTA to the writer (m: this CTA's count of tiles handed so far):
+// warpgroup 0 stores its partial into dq buffer m % 2, warpgroup 1 adds its own (or, zero, adds
+// nothing: no key of its was before the tile's queries) and signals the writer.
+template <int HS, int STAGES>
+__device__ __forceinline__ void publish_dq(const FusedSmem<HS, STAGES>& sm,
+                                           const float (&acc)[HS / 2], bool zero, int m, int cw,
+                                           int lane, const DqMeta& meta) {
+    static_assert(HS == 64, "dq_frag addresses a 64 x 64 dq tile");
+    const int buffer = m & 1;
+    mbar_wait_warp(sm.dq_empty(buffer), ((m >> 1) & 1) ^ 1);
+    const FragAddress a = dq_frag(sm.dq(buffer));
+    if (cw == 0) {
+#pragma unroll
+        for (int r = 0; r < HS / 4; r++) {
+            const float x = zero ? 0.0f : acc[2 * r], y = zero ? 0.0f : acc[2 * r + 1];
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a.at(r, 2048, 32)), "f"(x), "f"(y)
+                         : "memory");
+        }
+        named_barrier_arrive(kDqPairBarrier + buffer, 256);
+        return;
+    }
+    named_barrier_sync(kDqPairBarrier + buffer, 256);
+    if (!zero) {
+#pragma unroll
+        for (int r = 0; r < HS / 4; r++) {
+            float x, y;
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                         : "=f"(x), "=f"(y)
+                         : "r"(a.at(r, 2048, 32))
+                         : "memory");
+            x += acc[2 * r];
+            y += acc[2 * r + 1];
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(a.at(r, 2048, 32)), "f"(x), "f"(y)
+                         : "memory");
+        }
+    }
+    const int wt = threadIdx.x % 128;
+    if (wt == 0) *sm.meta(buffer) = meta;
+    fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.dq_full(buffer));
+}
+
+// Warpgroup 1 after its last tile: a buffer whose metadata ends the writer's loop.
+template <int HS, int STAGES>
+__device__ __forceinline__ void publish_end(const FusedSmem<HS, STAGES>& sm, int m, int lane) {
+    const int buffer = m & 1;
+    mbar_wait_warp(sm.dq_empty(buffer), ((m >> 1) & 1) ^ 1);
+    if (threadIdx.x % 128 == 0) *sm.meta(buffer) = DqMeta{0, 0, -1};
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.dq_full(buffer));
+}
+
+// The writer's thread: each dq tile handed over, stored (first in its order) or added into the
+// accumulator once the tile's flag says every earlier partial is in, then the flag advanced.
+template <int HS, int STAGES>
+__device__ void fused_dq_writer(const FusedSmem<HS, STAGES>& sm, float* dq_acc, int* flags) {
+    for (int m = 0;; m++) {
+        const int buffer = m & 1;
+        mbar_wait(sm.dq_full(buffer), (m >> 1) & 1);
+        const DqMeta meta = *sm.meta(buffer);
+        if (meta.order < 0) return;
+        float* dst = dq_acc + meta.offset;
+        if (meta.order == 0) {
+            bulk_store(dst, sm.dq(buffer), FusedSmem<HS, STAGES>::kDqBytes);
+        } else {
+            flag_wait_equal(flags + meta.flag, meta.order);
+            fence_proxy_async_global();
+            bulk_reduce_add_f32(dst, sm.dq(buffer), FusedSmem<HS, STAGES>::kDqBytes);
+        }
+        bulk_commit();
+        bulk_wait_read_all();
+        mbar_arrive(sm.dq_empty(buffer));
+        bulk_wait_all();
+        flag_release_increment(flags + meta.flag);
+    }
+}
+
+// The dk/dv consumer with the dq partials: each query tile's partial is handed to the writer as
+// it completes (fused_step), a zero one where this warpgroup skips the tile.
+template <int HS, int STAGES>
+__device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
+                                               bf16* __restrict__ dqkv, float* bias_part, int T,
+                                               int NH, int n_kb, float scale, float scale_log2) {
+    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
+    const int warp = wt / 32, lane = wt % 32;
+    const int row_frag = 16 * warp + lane / 4;
+    const int n_qt = padded_t(T) / kInner;
+    float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {}, dq[HS / 2] = {};
+    const FusedTiles tiles{sm.tiles(cw), sm.tiles(cw) + FusedSmem<HS, STAGES>::kTileBytes,
+                           sm.outer(0) + 64 * cw * kRowBytes};
+    int qs = 0, m = 0;
+    for (int tile = 0;; tile++) {
+        mbar_wait_warp(sm.outer_full(), tile & 1);
+        const int ticket = *sm.slot(tile & 1);
+        if (ticket < 0) break;
+        const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb;
+        const int b = bh / NH, h = bh % NH, k0 = kb * kRows, key0 = k0 + 64 * cw;
+        // Query tile qt of this head: where its dq lies, its flag, this CTA's place in its order.
+        auto meta = [&](int qt) {
+            return DqMeta{((long long)bh * n_qt + qt) * kInner * HS, bh * n_qt + qt,
+                          qt * kInner / kRows - kb};
+        };
+        bool first = true;
+#pragma unroll 1
+        for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
+            const int s = qs % STAGES;
+            mbar_wait_warp(sm.full(s), (qs / STAGES) & 1);
+            if (qt * kInner + 63 < key0) {  // before every key of this warpgroup: adds 0
+                release(sm.empty(s), lane);
+                publish_dq(sm, dq, true, m++, cw, lane, meta(qt));
+                continue;
+            }
+            fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
+                                   scale_log2, !first, lane,
+                                   [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
+            first = false;
+        }
+        release(sm.outer_empty(), lane);  // K (read by the dq GEMMs) and V: done
+        if (first) {  // every key of this warpgroup >= T: no query tile reached them
+#pragma unroll
+            for (int e = 0; e < HS / 2; e++) dk[e] = dv[e] = 0.0f;
+        }
+        const long long C = (long long)NH * HS;
+        bf16* dk_g = dqkv + (long long)b * T * 3 * C + C + h * HS;
+        store_rows<HS>(dk_g, 3 * C, dk, scale, key0 + row_frag, T, lane);
+        store_rows<HS>(dk_g + C, 3 * C, dv, 1.0f, key0 + row_frag, T, lane);
+        if (bias_part != nullptr) {
+            float* dst = bias_part + ((long long)b * n_kb + kb) * 2 * C + h * HS;
+            column_sums<HS>(dst, dk, scale, sm.part(0), 4 * cw + warp, lane);
+            column_sums<HS>(dst + C, dv, 1.0f, sm.part(1), 4 * cw + warp, lane);
+        }
+    }
+    if (cw == 1) publish_end(sm, m, lane);
+}
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule over (B*NH heads, ceil(T / 128) query tiles); 384 threads.
@@ -735,6 +1100,115 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     dkdv_consumer<HS, STAGES, PIPELINED>(sm, dqkv, bias_part, T, NH, scale, scale_log2, sched);
+#endif
+}
+
+// Grid: up to one CTA per SM, each taking tiles (B*NH heads x ceil(T / 128) key tiles) by
+// ticket; 384 threads: the producer's thread, the dq writer's (warp 1), two consumer warpgroups.
+// flags and the ticket counter are zero at launch.
+template <int HS, int STAGES>
+__global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
+    flash_attention_sm90_fused_kernel(const __grid_constant__ CUtensorMap qkv_rows,
+                                      const __grid_constant__ CUtensorMap qkv_inner,
+                                      const __grid_constant__ CUtensorMap dout_inner,
+                                      bf16* __restrict__ dqkv,         // (B, T, 3C), dk, dv parts
+                                      const float* __restrict__ lse2,  // (B, NH, T_pad)
+                                      const float* __restrict__ D,     // (B, NH, T_pad)
+                                      float* __restrict__ bias_part,   // (B * tiles, 2C) or null
+                                      float* __restrict__ dq_acc,      // (B, NH, T_pad, HS) tiles
+                                      int* __restrict__ flags,         // (B, NH, T_pad / 64)
+                                      int* __restrict__ ticket, int T, int NH, int n_kb, int total,
+                                      float scale, float scale_log2) {
+#ifdef LLMC_SM90A_DEVICE
+    extern __shared__ unsigned char smem_raw[];
+    const FusedSmem<HS, STAGES> sm{bwd_smem<HS, STAGES>(smem_raw)};
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            mbar_init(sm.dq_full(i), 4);  // warpgroup 1's warps
+            mbar_init(sm.dq_empty(i), 1);
+        }
+    }
+    init_barriers(sm);  // fences the initializations and syncs
+    // One branch per role (the register budgets of setmaxnreg apply to each branch).
+    if (threadIdx.x < 128) {
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            prefetch_tensor_map(&qkv_inner);
+            fused_producer<HS, STAGES>(&qkv_rows, &qkv_inner, &dout_inner, lse2, D, sm, T, NH, n_kb,
+                                       total, ticket);
+        } else if (threadIdx.x == 32) {
+            fused_dq_writer<HS, STAGES>(sm, dq_acc, flags);
+        }
+    } else {
+        setmaxnreg_inc<232>();
+        fused_consumer<HS, STAGES>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
+    }
+#endif
+}
+
+// lse2 = lse * log2(e) and D = dO . O for the fused kernel, as the dq kernel writes them for the
+// dk/dv kernel (rows t < T_pad of each (b, h); +inf and 0 past T), with the same sums. Two
+// threads a row, rows in (b, t, h) order, so a warp reads 16 consecutive rows of dO and O.
+template <int HS>
+__global__ void __launch_bounds__(128)
+    backward_row_stats_kernel(float* __restrict__ lse2, float* __restrict__ D,
+                              const bf16* __restrict__ dout, const bf16* __restrict__ out,
+                              const float* __restrict__ lse, int T, int NH) {
+#ifdef LLMC_SM90A_DEVICE
+    const int T_pad = padded_t(T);
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 2;
+    const int h = (int)(row % NH), t = (int)(row / NH % T_pad);
+    const long long b = row / NH / T_pad, bh = b * NH + h;
+    const int c0 = (threadIdx.x % 2) * (HS / 2);
+    const float sum = row_dot_pair<HS>(dout, out, ((b * T + t) * NH + h) * HS + c0, t < T);
+    if (threadIdx.x % 2 == 0) {
+        D[bh * T_pad + t] = sum;  // 0 past T
+        lse2[bh * T_pad + t] = t < T ? lse[bh * T + t] * kLog2e : INFINITY;
+    }
+#endif
+}
+
+// dq = scale * the fused kernel's accumulator, rounded to bf16 into dqkv, and (bias_part != null)
+// the dq part of the qkv bias partials as the dq kernel writes them: per (b, 128-row query
+// tile) one row of C column sums. Block (b*NH + h, 128-row tile): 8 groups of 32 threads, a
+// thread's two columns over every 8th row, then the groups in order.
+template <int HS>
+__global__ void __launch_bounds__(HS / 2 * 8)
+    dq_convert_kernel(bf16* __restrict__ dqkv, float* __restrict__ bias_part,
+                      const float* __restrict__ dq_acc, int T, int NH, float scale) {
+#ifdef LLMC_SM90A_DEVICE
+    constexpr int kPairs = HS / 2, kGroups = 8;
+    __shared__ float2 part[kGroups][kPairs];
+    const int bh = blockIdx.x, qb = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int pair = threadIdx.x % kPairs, group = threadIdx.x / kPairs;
+    const int n_qt = padded_t(T) / kInner;
+    const long long C = (long long)NH * HS;
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int r = group; r < kRows; r += kGroups) {
+        const int t = qb * kRows + r;
+        if (t >= T) break;
+        const float2 v = *reinterpret_cast<const float2*>(
+            dq_acc + ((long long)bh * n_qt + t / kInner) * kInner * HS +
+            dq_tile_offset<HS>(t % kInner, 2 * pair));
+        const float x = v.x * scale, y = v.y * scale;
+        *reinterpret_cast<uint32_t*>(dqkv + ((long long)b * T + t) * 3 * C + h * HS + 2 * pair) =
+            pack_bf16(x, y);
+        sum.x += x;
+        sum.y += y;
+    }
+    if (bias_part == nullptr) return;
+    part[group][pair] = sum;
+    __syncthreads();
+    if (group == 0) {
+        float2 total = part[0][pair];
+        for (int g = 1; g < kGroups; g++) {
+            total.x += part[g][pair].x;
+            total.y += part[g][pair].y;
+        }
+        const int n_q = (T + kRows - 1) / kRows;
+        *reinterpret_cast<float2*>(bias_part + ((long long)b * n_q + qb) * C + h * HS + 2 * pair) =
+            total;
+    }
 #endif
 }
 
@@ -833,6 +1307,37 @@ void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int var
     }
 }
 
+// The fused backward: zeroed flags and ticket, the row statistics, the fused kernel (dk, dv and
+// the dq accumulator), the dq conversion.
+template <int HS>
+void fused_launch(const Context& ctx, const BackwardArgs& a) {
+    constexpr int kStages = 4;
+    constexpr size_t smem = FusedSmem<HS, kStages>::kDynamicBytes;
+    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages>;
+    static const bool smem_set = set_smem(kernel, smem);
+    (void)smem_set;
+    const int T_pad = padded_t(a.T), n_kb = (a.T + kRows - 1) / kRows;
+    const long long heads = (long long)a.B * a.NH, total = heads * n_kb;
+    LLMC_CHECK(total < (1LL << 31) && heads * T_pad * 2 / 128 < (1LL << 31),
+               "flash_attention_sm90_backward: B*NH*T = %lld is too large for the fused kernel.",
+               heads * a.T);
+    LLMC_CUDA_CHECK(
+        cudaMemsetAsync(a.sc.flags, 0, flag_count(a.B, a.T, a.NH) * sizeof(int), ctx.stream));
+    // Two threads a row: a multiple of 128 threads, since T_pad is a multiple of 64.
+    backward_row_stats_kernel<HS><<<(unsigned)(heads * T_pad * 2 / 128), 128, 0, ctx.stream>>>(
+        a.sc.lse2, a.sc.d, a.dout, a.out, a.lse, a.T, a.NH);
+    LLMC_CUDA_CHECK_LAST();
+    const int grid = (int)std::min<long long>(total, ctx_num_sms(ctx));
+    int* const ticket = a.sc.flags + (flag_count(a.B, a.T, a.NH) - 1);
+    kernel<<<grid, kThreads, smem, ctx.stream>>>(
+        a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.sc.lse2, a.sc.d, a.parts.kv, a.sc.dq_acc,
+        a.sc.flags, ticket, a.T, a.NH, n_kb, (int)total, a.scale, a.scale_log2);
+    LLMC_CUDA_CHECK_LAST();
+    dq_convert_kernel<HS><<<dim3((unsigned)heads, (unsigned)n_kb), HS / 2 * 8, 0, ctx.stream>>>(
+        a.dqkv, a.parts.q, a.sc.dq_acc, a.T, a.NH, a.scale);
+    LLMC_CUDA_CHECK_LAST();
+}
+
 template <int HS>
 BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                          const bf16* qkv, const bf16* out, const float* lse, int B, int T, int NH,
@@ -854,6 +1359,10 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
+    if (kernels & kBackwardFused) {
+        fused_launch<HS>(ctx, a);
+        return a.parts;
+    }
     // dq first: it writes lse2 and D, which dk/dv reads.
     if (kernels & kBackwardDq) backward_launch<HS>(ctx, a, true, dq_variant);
     if (kernels & kBackwardDkdv) backward_launch<HS>(ctx, a, false, dkdv_variant);
@@ -874,7 +1383,8 @@ bool flash_attention_sm90_backward_available(const Context& ctx, int HS) {
 
 size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS) {
     return 2 * stats_bytes(B, T, NH) + aligned_bytes(part_rows(B, T) * NH * HS * sizeof(float)) +
-           aligned_bytes(part_rows(B, T) * 2 * NH * HS * sizeof(float));
+           aligned_bytes(part_rows(B, T) * 2 * NH * HS * sizeof(float)) +
+           dq_acc_bytes(B, T, NH, HS) + aligned_bytes(flag_count(B, T, NH) * sizeof(int));
 }
 
 int flash_attention_sm90_backward_variants() { return kBackwardVariants; }

@@ -149,6 +149,58 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap* m
     }
 }
 
+// ---- Bulk copies shared -> global, and flags between CTAs ---------------------------------------
+
+// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
+// (bulk copy, wgmma) reads of them; each writing thread fences before the synchronization.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// The same for global memory: an async-proxy operation issued after it sees what this thread
+// observed (a flag acquired) through the generic proxy.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) shared -> global: a plain copy, or an
+// element-wise float add into what global holds. Both join the thread's current bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+        "r"(src), "r"(bytes)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until the thread's bulk groups have read their shared memory (it may be written again).
+__device__ __forceinline__ void bulk_wait_read_all() {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Waits until the thread's bulk groups have completed, their global writes included (completion
+// is followed by an implicit async-to-generic proxy fence: a release after it publishes them).
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+// Spins until *flag == value (an acquire at GPU scope); traps after kWaitTimeoutNs.
+__device__ __forceinline__ void flag_wait_equal(const int* flag, int value) {
+    const uint64_t start = global_timer_ns();
+    while (true) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        if (v == value) return;
+        if (global_timer_ns() - start > kWaitTimeoutNs) __trap();
+    }
+}
+// *flag += 1 with release semantics at GPU scope.
+__device__ __forceinline__ void flag_release_increment(int* flag) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(flag) : "memory");
+}
+
 // ---- Named barriers and register reallocation ---------------------------------------------------
 
 // bar.sync waits until `threads` threads (its own included) have arrived at barrier `id`;

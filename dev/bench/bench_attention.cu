@@ -1,5 +1,6 @@
 // bench_attention.cu: causal attention forward and backward, flash (bf16 tensor cores: the
-// mma.sync kernels as "flash", the Hopper wgmma/TMA kernels as "flash-sm90" where they apply)
+// mma.sync kernels as "flash", the Hopper wgmma/TMA kernels as "flash-sm90" where they apply,
+// with the fused Hopper backward as "flash-sm90-fused")
 // against the cuBLASLt path (attention_*_cublas, in this build's floatX), one table.
 //
 //   build/bf16/dev/bench/bench_attention [--iters N] [--shape B,T,NH,HS] [--variants]
@@ -183,6 +184,14 @@ void bench_sm90_variants(const Context& ctx, const Shape& s, int iters, Buffers<
                            }});
         }
     }
+    // The fused backward (one kernel for dq, dk and dv, and its row-statistics and dq
+    // conversion kernels), interleaved with the two kernels' variants.
+    bwd.push_back({"sm90 fused", "bwd", 2.5 * gflop, [&](int i) {
+                       flash_attention_sm90_backward(ctx, d.dqkv.get(), d.scratch.get(),
+                                                     d.dout[i]->get(), d.qkv[i]->get(), d.out.get(),
+                                                     d.lse.get(), s.B, s.T, s.NH, s.HS, false, 0, 0,
+                                                     kBackwardFused);
+                   }});
     time_interleaved(ctx, s, iters, bwd);
 }
 
@@ -221,6 +230,9 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
     if (flash_attention_sm90_backward_available(ctx, s.HS)) {
         bwd = time_backward(FlashPath::kSm90);
         print_row("flash-sm90", "bwd", s, 2.5 * gflop, bwd);
+        const Stats fused = time_backward(FlashPath::kSm90Fused);
+        print_row("flash-sm90-fused", "bwd", s, 2.5 * gflop, fused);
+        if (ctx.flash_fused_backward) bwd = fused;
     }
     if (variants) {
         char impl[32];

@@ -22,8 +22,9 @@
 // Both sets of kernels run (flash_attention.cuh, FlashPath): mma.sync on every shape, and the
 // Hopper (sm_90a) kernels where flash_attention_sm90_available (else one SKIP line says why):
 // every forward variant on HS 64 and 128, each followed by the Hopper backward on HS 64 (the
-// mma.sync one on 128), then every variant of the Hopper backward's dq and dk/dv kernels; the
-// default path must equal its kernels' variant 0 bit for bit.
+// mma.sync one on 128), then every variant of the Hopper backward's dq and dk/dv kernels, and
+// the fused Hopper backward (its dk and dv bitwise the two kernels'); the default path must
+// equal its kernels' variant 0 (or the fused backward, per LLMC_FLASH_FUSED_BACKWARD) bit for bit.
 // `--small` runs only the small shapes (for compute-sanitizer).
 #include <algorithm>
 #include <cmath>
@@ -218,6 +219,16 @@ RunBytes run_flash(const Context& ctx, DeviceTensors& d, const Shape& s, const V
                     download_bytes(d.dbias.get(), d.dbias.size() * sizeof(bf16))};
 }
 
+// The dk and dv columns of dqkv's bytes (B*T rows of 3C bf16).
+std::vector<unsigned char> dkdv_bytes(const std::vector<unsigned char>& dqkv, const Shape& s) {
+    const size_t row = 3 * (size_t)s.C() * sizeof(bf16), q = (size_t)s.C() * sizeof(bf16);
+    std::vector<unsigned char> out;
+    for (size_t at = 0; at + row <= dqkv.size(); at += row) {
+        out.insert(out.end(), dqkv.begin() + at + q, dqkv.begin() + at + row);
+    }
+    return out;
+}
+
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     float m = 0.0f;
     for (size_t i = 0; i < a.size(); i++) m = std::fmax(m, std::fabs(a[i] - b[i]));
@@ -254,7 +265,10 @@ RunBytes test_variants(const Context& ctx, const Reference& r, DeviceTensors& d,
                        const Variants& v) {
     const Shape& s = r.s;
     auto path = [](FlashPath p) {
-        return p == FlashPath::kSm90 ? "sm90 " : p == FlashPath::kAuto ? "auto " : "";
+        return p == FlashPath::kSm90        ? "sm90 "
+               : p == FlashPath::kSm90Fused ? "sm90 fused "
+               : p == FlashPath::kAuto      ? "auto "
+                                            : "";
     };
     char label[96];
     std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (%sfwd%d %sdq%d dkdv%d)", s.B, s.T,
@@ -328,17 +342,33 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
         const RunBytes run = test_variants(ctx, r, d, Variants{v, 0, 0, FlashPath::kSm90, bwd});
         if (v == 0) sm90 = run;
     }
+    char name[128];
+    // The fused Hopper backward: checked against the reference like every path, run to run bit
+    // for bit (in test_variants), and its dk and dv (the dk/dv kernel's GEMMs and sums, with P^T
+    // and dS^T read from shared memory instead of registers) bitwise the two kernels'.
+    RunBytes fused;
+    if (bwd == FlashPath::kSm90) {
+        fused = test_variants(ctx, r, d,
+                              Variants{0, 0, 0, FlashPath::kSm90Fused, FlashPath::kSm90Fused});
+        std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused = sm90 dk, dv", s.B,
+                      s.T, s.NH, s.HS);
+        check_bitwise_equal(name, dkdv_bytes(sm90.dqkv, s), dkdv_bytes(fused.dqkv, s));
+    }
     const RunBytes autom =
         test_variants(ctx, r, d, Variants{0, 0, 0, FlashPath::kAuto, FlashPath::kAuto});
-    const RunBytes& expected = sm90_fwd ? sm90 : mma;
-    char name[128];
+    const RunBytes& expected_fwd = sm90_fwd ? sm90 : mma;
+    const bool auto_fused = bwd == FlashPath::kSm90 && ctx.flash_fused_backward;
+    const RunBytes& expected_bwd = auto_fused ? fused : sm90_fwd ? sm90 : mma;
     std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s out", s.B, s.T, s.NH, s.HS,
                   sm90_fwd ? "sm90" : "mma.sync");
-    check_bitwise_equal(name, expected.out, autom.out);
+    check_bitwise_equal(name, expected_fwd.out, autom.out);
     std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s dqkv, dbias", s.B, s.T, s.NH,
-                  s.HS, bwd == FlashPath::kSm90 ? "sm90" : "mma.sync");
-    check_bitwise_equal(name, expected.dqkv, autom.dqkv);
-    check_bitwise_equal(name, expected.dbias, autom.dbias);
+                  s.HS,
+                  auto_fused                ? "sm90 fused"
+                  : bwd == FlashPath::kSm90 ? "sm90"
+                                            : "mma.sync");
+    check_bitwise_equal(name, expected_bwd.dqkv, autom.dqkv);
+    check_bitwise_equal(name, expected_bwd.dbias, autom.dbias);
     for (int v = 1; v < flash_attention_variants(FlashPass::kDq); v++) {
         test_variants(ctx, r, d, Variants{0, v, 0});
     }
