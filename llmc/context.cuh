@@ -15,9 +15,10 @@
 //   LLMC_PDL=1     programmatic dependent launch of our own kernels (launch.cuh; sm_90+):
 //                  each may be scheduled while its predecessor finishes, and waits for it
 //                  (griddepcontrol.wait) before touching memory.
-// and the choice between kernel variants of one op (0: the established kernel, 1: the newer):
-//   LLMC_LAYERNORM_BACKWARD_VARIANT, LLMC_CLASSIFIER_VARIANT (layernorm.cu, classifier.cu),
-//   LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper attention backward in one kernel).
+// and the choice between kernel variants of one op (0: the established kernel, 1 and up: newer
+// ones): LLMC_LAYERNORM_BACKWARD_VARIANT (0-2), LLMC_CLASSIFIER_VARIANT (0-1) (layernorm.cu,
+// classifier.cu), LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper attention backward in
+// one kernel; 0: its dq and dk/dv kernels).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>

@@ -24,8 +24,13 @@
 // Backward variant 1 (ctx.layernorm_backward_variant, LLMC_LAYERNORM_BACKWARD_VARIANT=1):
 // layernorm_backward_rows_in_flight_kernel where the register-held kernel would run, at most 32
 // values per lane (C <= 1024 in bf16): the same sums in the same order with fewer dependent trips
-// to memory (its comment has the floor and the reasoning); elsewhere the kernels above. Every
-// kernel and the reduction start with pdl_wait() (launch.cuh).
+// to memory (its comment has the floor and the reasoning); elsewhere the kernels above. Variant 2
+// (LLMC_LAYERNORM_BACKWARD_VARIANT=2): layernorm_backward_staged_rows_kernel on the same rows,
+// where each warp's next row waits in shared memory (cp.async) while it computes the current one;
+// elsewhere (wider rows, C not a multiple of kVecX, or a block's rows past the device's shared
+// memory: fp32 at C = 768 takes 152 KB, over sm_86/sm_89's 99 KB) the kernels above. All three
+// variants give the same bits.
+// Every kernel and the reduction start with pdl_wait() (launch.cuh).
 // Measured bandwidth: docs/results.md.
 #include <algorithm>
 #include <cstdint>
@@ -574,6 +579,214 @@ template <int kIters>
 constexpr int kRowsInFlight = kIters* kVecX <= 24 ? 2 : 1;
 constexpr int kRowsInFlightMaxValues = 32;
 
+// Variant 2 of the backward: layernorm_backward_staged_rows_kernel, where variant 1 applies (at
+// most kRowsInFlightMaxValues values per lane: C <= 1024 in bf16, C <= 896 in fp32).
+//
+// The register-held kernel holds three column sums per lane in registers (3 * kIters * kVec
+// floats, 72 at C = 768 in bf16) and is capped at 128 registers for 16 warps per SM, which leaves
+// no room to hold a second row's data: each row costs two dependent trips to memory (dout and inp,
+// 3 KB at C = 768 in bf16; then dinp, 1.5 KB). Variant 1 requests whole rows up front
+// but its registers allow only 8 warps per SM, which then spend the compute of their rows with
+// nothing in flight. Here the rows wait in shared memory instead of registers: each warp keeps a
+// ring of kStagedRowStages row buffers (dout, inp and dinp of one row, and the row's mean and
+// rstd) filled by cp.async, and issues the copies of its next row before it computes the current
+// one. cp.async holds no register while in flight, so the register budget is the column sums,
+// the lane's weight values and one 16-byte chunk at a time: up to 24 values per lane (C = 768 in
+// bf16) that is the register-held kernel's 128 registers and 16 warps per SM (2 blocks of 8,
+// 76 KB of shared memory each at C = 768), now with one to two full rows (3 * C * sizeof(floatX)
+// bytes each, 4.5 KB at C = 768 in bf16) requested per warp at every moment and a single trip to
+// memory per row. Wider rows (C = 1024 in bf16, or fp32 at C = 768) run 8 warps per SM.
+// Floor: sizeof(floatX) * (4 * N * C + 7 * C) + 8 * N bytes (dout, inp, dinp read, dinp written,
+// weight read, dweight, dbias, dres_bias read and written, mean and rstd read), plus 12 * G * C
+// bytes of partials written and read back (G = the grid, at most 2 blocks per SM).
+// A lane copies and reads back only its own columns (and its own copy of mean and rstd), so
+// cp.async.wait_group is the only synchronization the ring needs; the weight stays in registers.
+// Same rows per warp, same launch shape and same sums in the same order as the register-held
+// kernel: dinp and the partial rows are bitwise the same. Shared memory per block: warps *
+// kStagedRowStages * staged_row_bytes(C), reused at the end for the warps' (kSums, C) slices,
+// which the block sums in warp order with one barrier.
+constexpr int kStagedRowStages = 2;
+
+// One stage of the staged-rows kernel: dout, inp and dinp of a row (floatX), then the row's mean
+// and rstd once per lane (2 floats a lane). A multiple of 16 bytes when C % kVecX == 0.
+__host__ __device__ constexpr size_t staged_row_bytes(int C) {
+    return 3 * (size_t)C * sizeof(floatX) + 2 * kWarpSize * sizeof(float);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+// 16 (or 4) bytes global -> shared, asynchronously. The "memory" clobbers keep the compiler from
+// moving shared-memory accesses across the copies and the wait.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Rows r, r + S, r + 2S, ... of warp r (S = the grid's warp count), as in the register-held
+// kernel. Dynamic shared memory: staged_rows_smem_bytes(warps, C).
+template <int kVec, int kIters>
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
+                                  kIters* kVec <= kBackwardTwoBlocksValues ? 2 : 1)
+    layernorm_backward_staged_rows_kernel(floatX* __restrict__ dinp,          // (N, C)
+                                          float* __restrict__ partials,       // (G, 3, C)
+                                          const floatX* __restrict__ dout,    // (N, C)
+                                          const floatX* __restrict__ inp,     // (N, C)
+                                          const floatX* __restrict__ weight,  // (C)
+                                          const float* __restrict__ mean,     // (N)
+                                          const float* __restrict__ rstd,     // (N)
+                                          int N, int C) {
+    extern __shared__ float4 staged[];  // (warps, stages) rows; at the end (warps, kSums, C)
+    pdl_wait();
+    pdl_launch_dependents();
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    const int stride = gridDim.x * warps;
+    const size_t stage_bytes = staged_row_bytes(C);
+    unsigned char* ring =
+        reinterpret_cast<unsigned char*>(staged) + (size_t)warp * kStagedRowStages * stage_bytes;
+
+    // Row `row`'s copies into stage `stage` (none past N), as one commit group either way, so
+    // that the group count, and with it the wait below, is the same for every lane and row.
+    auto request = [&](int row, int stage) {
+        if (row < N) {
+            floatX* s_dout = reinterpret_cast<floatX*>(ring + stage * stage_bytes);
+            float* s_stats = reinterpret_cast<float*>(s_dout + 3 * C) + 2 * lane;
+            const size_t base = (size_t)row * C;
+#pragma unroll
+            for (int i = 0; i < kIters; i++) {
+                const int c = (i * kWarpSize + lane) * kVec;
+                if (c < C) {
+                    cp_async16(s_dout + c, dout + base + c);
+                    cp_async16(s_dout + C + c, inp + base + c);
+                    cp_async16(s_dout + 2 * C + c, dinp + base + c);
+                }
+            }
+            cp_async4(s_stats, mean + row);
+            cp_async4(s_stats + 1, rstd + row);
+        }
+        cp_async_commit();
+    };
+
+    const int row0 = blockIdx.x * warps + warp;
+#pragma unroll
+    for (int j = 0; j < kStagedRowStages - 1; j++) {
+        request(row0 + j * stride, j);
+    }
+    Vec<floatX, kVec> w[kIters];
+    float dw[kIters][kVec], db[kIters][kVec], dr[kIters][kVec];
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+        const int c = (i * kWarpSize + lane) * kVec;
+        if (c < C) {
+            w[i] = load_vec<kVec>(weight + c);
+        }
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            dw[i][k] = 0.0f;
+            db[i][k] = 0.0f;
+            dr[i][k] = 0.0f;
+        }
+    }
+
+    int stage = 0;
+    for (int row = row0; row < N; row += stride) {
+        // The stage being refilled held the previous row, which this lane has finished reading.
+        request(row + (kStagedRowStages - 1) * stride,
+                stage == 0 ? kStagedRowStages - 1 : stage - 1);
+        cp_async_wait<kStagedRowStages - 1>();  // this row's group has landed
+        const floatX* s_dout = reinterpret_cast<const floatX*>(ring + stage * stage_bytes);
+        const floatX* s_inp = s_dout + C;
+        const floatX* s_dinp = s_inp + C;
+        const float2 stats = reinterpret_cast<const float2*>(s_dinp + C)[lane];  // mean, rstd
+        const float m = stats.x;
+        const float s = stats.y;
+        float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kIters; i++) {
+            const int c = (i * kWarpSize + lane) * kVec;
+            if (c < C) {
+                const Vec<floatX, kVec> g = load_vec<kVec>(s_dout + c);
+                const Vec<floatX, kVec> x = load_vec<kVec>(s_inp + c);
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    const float dn = to_float(g.v[k]) * to_float(w[i].v[k]);
+                    sum_dn += dn;
+                    sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
+                }
+            }
+        }
+        const float mean_dn = warp_sum(sum_dn) / (float)C;
+        const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+        const size_t base = (size_t)row * C;
+#pragma unroll
+        for (int i = 0; i < kIters; i++) {
+            const int c = (i * kWarpSize + lane) * kVec;
+            if (c < C) {
+                const Vec<floatX, kVec> g = load_vec<kVec>(s_dout + c);
+                const Vec<floatX, kVec> x = load_vec<kVec>(s_inp + c);
+                Vec<floatX, kVec> d = load_vec<kVec>(s_dinp + c);
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    const float gk = to_float(g.v[k]);
+                    const float xhat = (to_float(x.v[k]) - m) * s;
+                    const float dn = gk * to_float(w[i].v[k]);
+                    d.v[k] = from_float<floatX>(to_float(d.v[k]) +
+                                                s * (dn - mean_dn - xhat * mean_dn_xhat));
+                    dw[i][k] += gk * xhat;
+                    db[i][k] += gk;
+                    dr[i][k] += to_float(d.v[k]);
+                }
+                store_vec<kVec>(dinp + base + c, d);
+            }
+        }
+        stage = stage + 1 == kStagedRowStages ? 0 : stage + 1;
+    }
+
+    // The block's partial row: every warp stores its sums in its own slice (the rings are free
+    // once every warp is past its loop), then each column adds the slices in warp order, the
+    // order of the register-held kernel's write_block_partials.
+    cp_async_wait<0>();
+    __syncthreads();
+    float* slices = reinterpret_cast<float*>(staged);  // (warps, kSums, C)
+    float* mine = slices + (size_t)warp * kSums * C;
+#pragma unroll
+    for (int i = 0; i < kIters; i++) {
+        const int c = (i * kWarpSize + lane) * kVec;
+        if (c < C) {
+#pragma unroll
+            for (int k = 0; k < kVec; k += 4) {
+                *reinterpret_cast<float4*>(mine + c + k) =
+                    make_float4(dw[i][k], dw[i][k + 1], dw[i][k + 2], dw[i][k + 3]);
+                *reinterpret_cast<float4*>(mine + C + c + k) =
+                    make_float4(db[i][k], db[i][k + 1], db[i][k + 2], db[i][k + 3]);
+                *reinterpret_cast<float4*>(mine + 2 * C + c + k) =
+                    make_float4(dr[i][k], dr[i][k + 1], dr[i][k + 2], dr[i][k + 3]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < kSums * C; c += blockDim.x) {
+        float total = 0.0f;
+        for (int from = 0; from < warps; from++) {
+            total += slices[(size_t)from * kSums * C + c];
+        }
+        partials[(size_t)blockIdx.x * kSums * C + c] = total;
+    }
+}
+
 // Column sums of partials (G, 3C) in a fixed order, added into dweight | dbias | dres_bias (the
 // last only when given: sums = 3, else 2). Block: 32 columns x kReduceGroups groups; group y
 // sums partial rows y, y + groups, ... in order, then group 0 sums the groups in order.
@@ -634,6 +847,33 @@ BackwardShape backward_shape(const Context& ctx, int N, int C, bool register_ker
 int register_iters(int C) {
     const int iters = (C + kWarpSize * kVecX - 1) / (kWarpSize * kVecX);
     return iters <= kMaxRegisterIters ? iters : 0;
+}
+
+// Dynamic shared memory of the staged-rows kernel: the warps' rings, or their (kSums, C) float
+// slices at the end, whichever is larger.
+size_t staged_rows_smem_bytes(int warps, int C) {
+    return (size_t)warps *
+           std::max(kStagedRowStages * staged_row_bytes(C), kSums * (size_t)C * sizeof(float));
+}
+
+// The most dynamic shared memory the staged-rows kernel may take on this device. Above 48 KiB a
+// kernel must opt in: done once per instantiation (a static initializer), so launches inside CUDA
+// graph capture make no attribute calls. All shared memory, no L1 preference: the kernel's rows
+// go to shared memory past L1 (cp.async.cg) and the weight is read once.
+template <int kIters>
+size_t staged_rows_smem_limit(const Context& ctx) {
+    static const size_t limit = [&] {
+        auto kernel = layernorm_backward_staged_rows_kernel<kVecX, kIters>;
+        cudaFuncAttributes attr{};
+        LLMC_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+        const size_t bytes = ctx.props.sharedMemPerBlockOptin - attr.sharedSizeBytes;
+        LLMC_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             (int)cudaSharedmemCarveoutMaxShared));
+        return bytes;
+    }();
+    return limit;
 }
 
 // Calls f(std::integral_constant<int, I>{}) for I = iters in 1..kMax (kMax <= 7; larger iters
@@ -744,8 +984,8 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                "layernorm_backward: scratch must be a 16-byte aligned buffer of "
                "layernorm_backward_scratch_bytes(ctx, N, C) bytes");
     LLMC_CHECK(dinp != dout, "layernorm_backward: dinp must not alias dout");
-    LLMC_CHECK(ctx.layernorm_backward_variant == 0 || ctx.layernorm_backward_variant == 1,
-               "layernorm_backward: variant %d does not exist (0 or 1)",
+    LLMC_CHECK(ctx.layernorm_backward_variant >= 0 && ctx.layernorm_backward_variant <= 2,
+               "layernorm_backward: variant %d does not exist (0, 1 or 2)",
                ctx.layernorm_backward_variant);
     float* partials = static_cast<float*>(scratch);
     const bool vec =
@@ -766,6 +1006,15 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                                                                            kRowsInFlight<kIters>>,
                                   shape.blocks, shape.warps * kWarpSize, block_smem, dinp, partials,
                                   dout, inp, weight, mean, rstd, N, C);
+                    return;
+                }
+                const size_t staged_smem = staged_rows_smem_bytes(shape.warps, C);
+                if (ctx.layernorm_backward_variant == 2 &&
+                    staged_smem <= staged_rows_smem_limit<kIters>(ctx)) {
+                    launch_kernel(ctx, ctx.stream,
+                                  layernorm_backward_staged_rows_kernel<kVecX, kIters>,
+                                  shape.blocks, shape.warps * kWarpSize, staged_smem, dinp,
+                                  partials, dout, inp, weight, mean, rstd, N, C);
                     return;
                 }
             }

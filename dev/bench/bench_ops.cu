@@ -5,7 +5,8 @@
 //
 // Shapes: B=64, T=1024 (N = B*T = 65536 rows), C=768, V=50257, Vp=50304, all 124,475,904
 // parameters of d12 (16 tensors) for AdamW and the global norm; the fused classifier runs on R
-// rows of (Vp) logits (default 8192: the trainer computes the classifier in chunks of rows).
+// rows of (Vp) logits (default 8192: the trainer computes the classifier in chunks of rows). The
+// layernorm backward runs at B=4 (N=4096) too.
 //
 // Method:
 //   1. Copy bandwidth: cudaMemcpyAsync device-to-device of 1 GiB; bytes = 2 * size (read +
@@ -46,6 +47,8 @@ namespace {
 
 constexpr int kB = 64, kT = 1024, kC = 768, kL = 12, kV = 50257, kVp = 50304, kMaxT = 1024;
 constexpr int kN = kB * kT;
+constexpr int kSmallB = 4;                     // the layernorm backward's second batch size
+constexpr int kLayernormBackwardVariants = 3;  // LLMC_LAYERNORM_BACKWARD_VARIANT 0, 1, 2
 constexpr int kWarmup = 5;
 constexpr double kFlagFraction = 0.8;  // rows below this share of the copy bandwidth are flagged
 constexpr size_t kX = sizeof(floatX);
@@ -245,17 +248,22 @@ void bench_layernorm(Context& ctx, Timer& timer, std::vector<Row>* rows) {
     // mean and rstd of `residual` are what the forward just saved: the backward's real inputs.
     // dout, inp read; dinp read and written (+=); weight read; dweight, dbias and the residual
     // projection's bias gradient read and written (the call the model makes). Each variant of
-    // the first kernel (layernorm.cu; LLMC_LAYERNORM_BACKWARD_VARIANT) in turn.
+    // the first kernel (layernorm.cu; LLMC_LAYERNORM_BACKWARD_VARIANT) in turn, at B=64 and on
+    // the first rows only at B=4 (N = 4096: a grid of one wave, where latency weighs more).
     const int chosen = ctx.layernorm_backward_variant;
-    for (int variant = 0; variant < 2; variant++) {
-        ctx.layernorm_backward_variant = variant;
-        t = timer.time([&] {
-            layernorm_backward(ctx, dinp.get(), dweight.get(), dbias.get(), scratch.get(),
-                               dout.get(), residual.get(), weight.get(), mean.get(), rstd.get(), kN,
-                               kC, dres_bias.get());
-        });
-        rows->push_back({"layernorm_backward, variant " + std::to_string(variant),
-                         "X*(4*N*C + 7*C) + 8N", kX * (4 * nc + 7.0 * kC) + 8.0 * kN, t});
+    for (const int b : {kB, kSmallB}) {
+        const int n = b * kT;
+        const std::string at = b == kB ? "" : " B=" + std::to_string(b);
+        for (int variant = 0; variant < kLayernormBackwardVariants; variant++) {
+            ctx.layernorm_backward_variant = variant;
+            t = timer.time([&] {
+                layernorm_backward(ctx, dinp.get(), dweight.get(), dbias.get(), scratch.get(),
+                                   dout.get(), residual.get(), weight.get(), mean.get(), rstd.get(),
+                                   n, kC, dres_bias.get());
+            });
+            rows->push_back({"layernorm_backward" + at + ", variant " + std::to_string(variant),
+                             "X*(4*N*C + 7*C) + 8N", kX * (4.0 * n * kC + 7.0 * kC) + 8.0 * n, t});
+        }
     }
     ctx.layernorm_backward_variant = chosen;
 }

@@ -3,15 +3,18 @@
 //
 // Shapes: GPT-2 (N=4096, C=768), small and odd ones (N=77 with C=128 and C=96; N=33, C=13,
 // which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block;
-// N=9, C=2048, too wide for the row-in-registers kernels in bf16).
+// N=9, C=2048, too wide for the row-in-registers kernels in bf16), and more rows than three per
+// warp of the backward's grid (N=12345 at C=768, N=9001 at C=1024), so that variant 2's ring of
+// staged rows wraps around.
 // Inputs have a mean of 2, so a one-pass variance would show. The backward starts from random
 // dinp, dweight, dbias (it accumulates) and is run twice with the scratch poisoned: results
 // must be bitwise identical.
-// Everything runs twice: with the first backward kernels (variant 0) on one stream, then with
+// Everything runs three times: with the first backward kernels (variant 0) on one stream; with
 // variant 1 (ctx.layernorm_backward_variant: the rows-in-flight kernel where GPT-2's widths take
 // the register-held path), the weight/bias reduction on the branch stream (reduce_on_branch) and
-// programmatic dependent launch where the device has it (sm_90+); the backward's results must be
-// bitwise the same in both passes.
+// programmatic dependent launch where the device has it (sm_90+); with variant 2 (the
+// staged-rows kernel there) on one stream, with programmatic dependent launch. The backward's
+// results must be bitwise the same in every pass.
 #include <vector>
 
 #include "context.cuh"
@@ -29,8 +32,8 @@ namespace {
 constexpr float kStatAtol = 1e-6f;
 constexpr float kStatRtol = 1e-5f;
 // out = (x - mean) * rstd * w + b, |out| <= ~6: the statistics' errors above times rstd*w.
-// dinp: per-row float sums of C terms, |dinp| <= ~10. dweight, dbias: float sums over N = 4096
-// rows of terms <= ~2 (|sum| ~ 40), in runs of <= ~33 then fixed trees: ~5e-6, 20x margin.
+// dinp: per-row float sums of C terms, |dinp| <= ~10. dweight, dbias: float sums over N <= 12345
+// rows of terms <= ~2 (|sum| ~ 40-110), in runs of <= ~33 then fixed trees: ~1e-5, 10x margin.
 constexpr float kOutAtol = 2e-5f;
 constexpr float kDinpAtol = 2e-5f;
 constexpr float kParamGradAtol = 1e-4f;
@@ -246,21 +249,29 @@ int main() {
         {"C2048 (generic vector path)", 9, 2048},
         // 1024 in bf16: the rows-in-flight kernel with one row per warp (GPT-2 medium's width).
         {"gpt2-medium width", 300, 1024},
+        // Over 3 rows per warp of the backward's grid (2 blocks of 8 warps per SM, 132 SMs: 2112
+        // warps; more SMs stay under 12345 / 3): variant 2's two-stage ring is reused.
+        {"gpt2 width, 5+ rows per warp", 12345, 768},
+        {"gpt2-medium width, 4+ rows per warp", 9001, 1024},
     };
     constexpr int kShapes = sizeof(shapes) / sizeof(shapes[0]);
-    std::vector<std::vector<unsigned char>> runs[2];
-    for (int pass = 0; pass < 2; pass++) {
+    constexpr int kPasses = 3;  // pass p runs backward variant p
+    std::vector<std::vector<unsigned char>> runs[kPasses];
+    for (int pass = 0; pass < kPasses; pass++) {
+        const bool on_branch = pass == 1;
         ctx.layernorm_backward_variant = pass;
-        context_set_overlap(&ctx, pass == 1 ? kBranchReduces : 0, /*pdl=*/pass == 1);
-        std::printf("-- backward variant %d, reduction on the branch %d, pdl %s\n", pass, pass,
-                    ctx.pdl ? "on" : "off");
+        context_set_overlap(&ctx, on_branch ? kBranchReduces : 0, /*pdl=*/pass != 0);
+        std::printf("-- backward variant %d, reduction on the branch %d, pdl %s\n", pass,
+                    on_branch ? 1 : 0, ctx.pdl ? "on" : "off");
         for (int i = 0; i < kShapes; i++) runs[pass].push_back(test_shape(ctx, shapes[i], i + 1));
     }
-    for (int i = 0; i < kShapes; i++) {
-        char name[128];
-        std::snprintf(name, sizeof(name), "pass 2 = pass 1 (layernorm_backward, %s)",
-                      shapes[i].name);
-        check_bitwise_equal(name, runs[0][i], runs[1][i]);
+    for (int pass = 1; pass < kPasses; pass++) {
+        for (int i = 0; i < kShapes; i++) {
+            char name[128];
+            std::snprintf(name, sizeof(name), "pass %d = pass 1 (layernorm_backward, %s)", pass + 1,
+                          shapes[i].name);
+            check_bitwise_equal(name, runs[0][i], runs[pass][i]);
+        }
     }
     return test_summary("test_layernorm");
 }

@@ -12,7 +12,8 @@
 #   (default)  one run per B with the switches of the environment; both reports printed
 #   --ab       every step switch of llmc/context.cuh off, each alone, and all on, per B:
 #              base, LLMC_BRANCHES=gemms / reduces / zeroing / all, LLMC_PDL=1,
-#              LLMC_LAYERNORM_BACKWARD_VARIANT=1, LLMC_CLASSIFIER_VARIANT=1, all (everything on);
+#              LLMC_LAYERNORM_BACKWARD_VARIANT=1 and =2, LLMC_CLASSIFIER_VARIANT=1, all
+#              (everything on, layernorm backward variant 1);
 #              the base reports are printed whole, the others as summary rows (their reports
 #              are in DIR)
 #   --steps N  steps timed untraced, then traced (default 10; 5 with --ab)
@@ -57,6 +58,7 @@ if [ "$ab" = 1 ]; then
         "branches-all|LLMC_BRANCHES=all"
         "pdl|LLMC_PDL=1"
         "ln-bwd-variant1|LLMC_LAYERNORM_BACKWARD_VARIANT=1"
+        "ln-bwd-variant2|LLMC_LAYERNORM_BACKWARD_VARIANT=2"
         "classifier-variant1|LLMC_CLASSIFIER_VARIANT=1"
         "all|LLMC_BRANCHES=all LLMC_PDL=1 LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1"
     )
