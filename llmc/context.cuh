@@ -15,10 +15,10 @@
 //   LLMC_PDL=1     programmatic dependent launch of our own kernels (launch.cuh; sm_90+):
 //                  each may be scheduled while its predecessor finishes, and waits for it
 //                  (griddepcontrol.wait) before touching memory.
-// and the choice between kernel variants of one op (0: the established kernel, 1 and up: newer
-// ones): LLMC_LAYERNORM_BACKWARD_VARIANT (0-2), LLMC_CLASSIFIER_VARIANT (0-1) (layernorm.cu,
-// classifier.cu), LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper attention backward in
-// one kernel; 0: its dq and dk/dv kernels).
+// and the choice between kernel variants of one op: LLMC_LAYERNORM_BACKWARD_VARIANT (0-2, default
+// 2: the staged-rows kernel; every variant gives the same bits), LLMC_CLASSIFIER_VARIANT (0-1,
+// default 0) (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper
+// attention backward in one kernel on large grids; 0: its dq and dk/dv kernels).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -63,7 +63,7 @@ struct Context {
     // Overlap within the step (see the top of this file).
     unsigned branches = 0;  // kBranch* bits
     bool pdl = false;
-    int layernorm_backward_variant = 0;
+    int layernorm_backward_variant = 2;
     int classifier_variant = 0;
     // Hopper flash attention backward: the fused kernel (flash_attention.cuh, kSm90Fused) or
     // the dq and dk/dv kernels (LLMC_FLASH_FUSED_BACKWARD=0).

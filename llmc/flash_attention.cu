@@ -896,6 +896,11 @@ struct Tiles {
 constexpr int kForwardVariants = 3;
 constexpr int kDqVariants = 3;
 constexpr int kDkdvVariants = 3;
+// The fused Hopper backward (kSm90Fused): pipelined (0, the default) or one GEMM group at a time.
+constexpr int kSm90FusedVariants = 2;
+// kAuto takes the fused backward from this many 128-key tiles per SM (performance log: it lost
+// to the two kernels at d12 B=4, 2.9 tiles per SM, and won at B=64, 46.5).
+constexpr int kFusedMinTilesPerSm = 16;
 
 constexpr Tiles tuned_forward_tiles(int v, int hs) {
     if (hs > 64) return Tiles{4, 2, 32, 1, false};
@@ -1171,7 +1176,8 @@ int flash_attention_variants(FlashPass pass, FlashPath path) {
     LLMC_CHECK(path != FlashPath::kAuto, "flash_attention_variants: name a path, not kAuto.");
     if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused) {
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variants();
-        return path == FlashPath::kSm90 ? flash_attention_sm90_backward_variants() : 1;
+        return path == FlashPath::kSm90 ? flash_attention_sm90_backward_variants()
+                                        : kSm90FusedVariants;
     }
     switch (pass) {
         case FlashPass::kForward:
@@ -1189,8 +1195,10 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
     if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused) {
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
         if (path == FlashPath::kSm90Fused) {
-            return "fused: dq, dk and dv in one kernel, dq added into a float accumulator in a "
-                   "fixed order";
+            return variant == 0 ? "fused: dq, dk and dv in one kernel, dq added into a float "
+                                  "accumulator in a fixed order; a tile's gradient GEMMs beside "
+                                  "the next tile's softmax"
+                                : "as 0, one GEMM group at a time";
         }
         return flash_attention_sm90_backward_variant_name(variant);
     }
@@ -1218,6 +1226,14 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
     });
 }
 
+bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int NH, int HS) {
+    if (!ctx.flash_fused_backward || !flash_attention_sm90_backward_available(ctx, HS)) {
+        return false;
+    }
+    const long long tiles = (long long)B * NH * ((T + 127) / 128);
+    return tiles >= (long long)kFusedMinTilesPerSm * ctx_num_sms(ctx);
+}
+
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
@@ -1233,9 +1249,11 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused ||
         (path == FlashPath::kAuto && flash_attention_sm90_backward_available(ctx, HS))) {
         const bool fused =
-            path == FlashPath::kSm90Fused || (path == FlashPath::kAuto && ctx.flash_fused_backward);
-        LLMC_CHECK(!fused || (dq_variant == 0 && dkdv_variant == 0),
-                   "flash_attention_backward: the fused backward has no variants (got %d / %d).",
+            path == FlashPath::kSm90Fused ||
+            (path == FlashPath::kAuto && flash_attention_fused_backward_chosen(ctx, B, T, NH, HS));
+        LLMC_CHECK(!fused || (dq_variant == 0 && dkdv_variant < kSm90FusedVariants),
+                   "flash_attention_backward: the fused backward's variant is the dk/dv one "
+                   "(0 or 1; dq 0), not %d / %d.",
                    dq_variant, dkdv_variant);
         const BiasPartials parts = flash_attention_sm90_backward(
             ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr, dq_variant,

@@ -36,8 +36,11 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 // (kAuto then takes mma.sync; kSm90 fails), LLMC_FLASH_SM90=fwd the Hopper backward alone.
 // kSm90Fused is kSm90 with the Hopper backward's fused kernel (one kernel for dq, dk and dv; dq
 // summed in a fixed order of its own, so its bits differ from kSm90's two kernels'), which kAuto
-// takes unless LLMC_FLASH_FUSED_BACKWARD=0 (Context::flash_fused_backward).
+// takes where flash_attention_fused_backward_chosen says so.
 enum class FlashPath { kAuto, kMmaSync, kSm90, kSm90Fused };
+// Whether kAuto's backward is the fused one: the Hopper backward applies, LLMC_FLASH_FUSED_BACKWARD
+// is not 0 (Context::flash_fused_backward), and the grid is large enough (flash_attention.cu).
+bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int NH, int HS);
 bool flash_attention_sm90_available(const Context& ctx, int HS);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 

@@ -136,8 +136,8 @@ struct BwdSmem {
 };
 
 // The fused kernel's shared memory: BwdSmem's, then (1024-aligned) each consumer warpgroup's
-// P^T and dS^T tiles (FusedTiles: 64 keys x 64 queries bf16 each, 128-byte swizzled), two dq
-// tile buffers (kInner x HS floats, dq_tile_offset layout) with the metadata of the tile each
+// two P^T and two dS^T tiles (FusedTiles: 64 keys x 64 queries bf16 each, 128-byte swizzled), two
+// dq tile buffers (kInner x HS floats, dq_tile_offset layout) with the metadata of the tile each
 // holds, the two tile slots the producer hands the consumers, and the dq buffers' barriers.
 struct DqMeta {
     long long offset;  // of the tile in the dq accumulator, in floats
@@ -147,8 +147,7 @@ struct DqMeta {
 template <int HS, int STAGES>
 struct FusedSmem : BwdSmem<HS, STAGES> {
     using Base = BwdSmem<HS, STAGES>;
-    static constexpr uint32_t kTileBytes = 64 * kInner * 2;
-    static constexpr uint32_t kTilesBytes = 2 * kTileBytes;  // one warpgroup's P^T and dS^T
+    static constexpr uint32_t kTilesBytes = 4 * 64 * kInner * 2;  // one warpgroup's
     static constexpr uint32_t kDqBytes = kInner * HS * 4;
     static constexpr uint32_t kTiles = (Base::kBars + Base::kNumBars * 8 + 1023) / 1024 * 1024;
     static constexpr uint32_t kDq = kTiles + 2 * kTilesBytes;
@@ -683,29 +682,33 @@ __device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS /
 // MN-major A operand of the dq partial over the warpgroup's keys, dq = dS K (M = queries,
 // N = HS, K = keys; B: its K rows, MN-major).
 struct FusedTiles {
-    uint32_t p, ds;   // this warpgroup's P^T and dS^T tiles (FusedSmem::tiles)
+    uint32_t p0;      // this warpgroup's P^T tiles at p0 + i * kTileBytes, dS^T tiles after them
     uint32_t k_rows;  // K rows of this warpgroup's keys in the outer tile
+    static constexpr uint32_t kTileBytes = 64 * kInner * 2;
+    __device__ uint32_t p(int i) const { return p0 + i * kTileBytes; }
+    __device__ uint32_t ds(int i) const { return p0 + (2 + i) * kTileBytes; }
 };
 
-// dv += P^T dO and dk += dS^T Q of stage s, and the tile's dq partial (overwritten).
+// dv += P^T dO and dk += dS^T Q of stage s (P^T and dS^T in tiles i), and the tile's dq partial
+// (overwritten).
 template <int HS, int STAGES>
 __device__ __forceinline__ void fused_issue_gradients(float (&dk)[HS / 2], float (&dv)[HS / 2],
                                                       float (&dq)[HS / 2], const FusedTiles& t,
-                                                      const BwdSmem<HS, STAGES>& sm, int s,
+                                                      int i, const BwdSmem<HS, STAGES>& sm, int s,
                                                       bool accumulate) {
 #pragma unroll
     for (int ks = 0; ks < kInner / 16; ks++) {
-        wgmma_ss<HS, 0, 1>(dv, kmajor_desc(t.p, 64, 0, ks),
+        wgmma_ss<HS, 0, 1>(dv, kmajor_desc(t.p(i), 64, 0, ks),
                            mnmajor_desc(sm.inner(s, 1), kInner, ks), accumulate || ks > 0);
     }
 #pragma unroll
     for (int ks = 0; ks < kInner / 16; ks++) {
-        wgmma_ss<HS, 0, 1>(dk, kmajor_desc(t.ds, 64, 0, ks),
+        wgmma_ss<HS, 0, 1>(dk, kmajor_desc(t.ds(i), 64, 0, ks),
                            mnmajor_desc(sm.inner(s, 0), kInner, ks), accumulate || ks > 0);
     }
 #pragma unroll
     for (int ks = 0; ks < 64 / 16; ks++) {
-        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds, 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
+        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds(i), 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
                            ks > 0);
     }
 }
@@ -753,10 +756,8 @@ __device__ __forceinline__ void store_tile(const float (&x)[32], uint32_t tile) 
 }
 
 // One query tile of a fused warpgroup, one GEMM group at a time: S^T and dP^T of stage s, P^T
-// and dS^T into the warpgroup's tiles, then dv, dk and the tile's dq partial, handed over by
-// publish() once complete; stage s released. (Overlapping the next tile's S^T and dP^T with
-// these GEMMs, as the dk/dv kernel does, needs more registers than the kernel's budget with the
-// dq accumulator live too.)
+// and dS^T into the warpgroup's tiles 0, then dv, dk and the tile's dq partial, handed over by
+// publish() once complete; stage s released.
 template <int HS, int STAGES, typename Publish>
 __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS / 2],
                                            float (&dq)[HS / 2], float (&st)[32], float (&dpt)[32],
@@ -774,14 +775,14 @@ __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS /
     fence_operands(st);
     fence_operands(dpt);
     dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
-    store_tile(st, t.p);
-    store_tile(dpt, t.ds);
+    store_tile(st, t.p(0));
+    store_tile(dpt, t.ds(0));
     named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the tiles written by every thread
     fence_operands(dk);
     fence_operands(dv);
     fence_operands(dq);
     wgmma_fence();
-    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, sm, s, accumulate);
+    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, 0, sm, s, accumulate);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(dk);
@@ -789,6 +790,68 @@ __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS /
     fence_operands(dq);
     release(sm.empty(s), lane);
     publish();
+}
+
+// One query tile of a pipelined fused warpgroup: S^T and dP^T of stage s issued with (PENDING)
+// the previous tile's dv, dk and dq partial (tiles cur ^ 1, stage ps); this tile's P^T and dS^T
+// into tiles `cur` while those run; then (PENDING) ps released and the previous tile's dq
+// partial handed over by publish().
+template <int HS, int STAGES, bool PENDING, typename Publish>
+__device__ __forceinline__ void fused_step_overlapped(
+    float (&dk)[HS / 2], float (&dv)[HS / 2], float (&dq)[HS / 2], float (&st)[32],
+    float (&dpt)[32], const FusedTiles& t, int cur, const BwdSmem<HS, STAGES>& sm, int s, int ps,
+    int cw, int q0, int key0, float scale_log2, bool accumulate, int lane, const Publish& publish) {
+    fence_operands(st);
+    fence_operands(dpt);
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    wgmma_fence();
+    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
+                                    false);
+    wgmma_commit();
+    if constexpr (PENDING) {
+        fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, cur ^ 1, sm, ps, accumulate);
+        wgmma_commit();
+        wgmma_wait<1>();  // S^T and dP^T done, the gradients may still run
+    } else {
+        wgmma_wait<0>();
+    }
+    fence_operands(st);
+    fence_operands(dpt);
+    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+    store_tile(st, t.p(cur));
+    store_tile(dpt, t.ds(cur));
+    if constexpr (PENDING) {
+        wgmma_wait<0>();
+        fence_operands(dk);
+        fence_operands(dv);
+        fence_operands(dq);
+        release(sm.empty(ps), lane);
+        publish();
+    }
+    named_barrier_sync(kWarpgroupBarrier + cw, 128);  // tiles `cur` written by every thread
+}
+
+// The last dv, dk and dq partial of a pipelined fused warpgroup (tiles `prev`; stage ps
+// released).
+template <int HS, int STAGES>
+__device__ __forceinline__ void fused_drain(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                            float (&dq)[HS / 2], const FusedTiles& t, int prev,
+                                            const BwdSmem<HS, STAGES>& sm, int ps, bool accumulate,
+                                            int lane) {
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    wgmma_fence();
+    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, prev, sm, ps, accumulate);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    release(sm.empty(ps), lane);
 }
 
 // PIPELINED: S^T and dP^T of each query tile issued with dv and dk of the one before
@@ -981,9 +1044,11 @@ __device__ void fused_dq_writer(const FusedSmem<HS, STAGES>& sm, float* dq_acc, 
     }
 }
 
-// The dk/dv consumer with the dq partials: each query tile's partial is handed to the writer as
-// it completes (fused_step), a zero one where this warpgroup skips the tile.
-template <int HS, int STAGES>
+// The dk/dv consumer with the dq partials, each query tile's handed to the writer as it
+// completes (a zero one where this warpgroup skips the tile, in the same order as the other
+// warpgroup's). PIPELINED: a tile's gradient GEMMs run beside the next tile's softmax
+// (fused_step_overlapped), else one GEMM group at a time (fused_step).
+template <int HS, int STAGES, bool PIPELINED>
 __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
                                                bf16* __restrict__ dqkv, float* bias_part, int T,
                                                int NH, int n_kb, float scale, float scale_log2) {
@@ -992,9 +1057,8 @@ __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
     const int row_frag = 16 * warp + lane / 4;
     const int n_qt = padded_t(T) / kInner;
     float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {}, dq[HS / 2] = {};
-    const FusedTiles tiles{sm.tiles(cw), sm.tiles(cw) + FusedSmem<HS, STAGES>::kTileBytes,
-                           sm.outer(0) + 64 * cw * kRowBytes};
-    int qs = 0, m = 0;
+    const FusedTiles tiles{sm.tiles(cw), sm.outer(0) + 64 * cw * kRowBytes};
+    int qs = 0, m = 0, cur = 0;
     for (int tile = 0;; tile++) {
         mbar_wait_warp(sm.outer_full(), tile & 1);
         const int ticket = *sm.slot(tile & 1);
@@ -1006,21 +1070,53 @@ __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
             return DqMeta{((long long)bh * n_qt + qt) * kInner * HS, bh * n_qt + qt,
                           qt * kInner / kRows - kb};
         };
-        bool first = true;
+        bool first = true, zero_owed = false;
+        int pending = -1, pending_qt = 0;
 #pragma unroll 1
         for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
             const int s = qs % STAGES;
             mbar_wait_warp(sm.full(s), (qs / STAGES) & 1);
             if (qt * kInner + 63 < key0) {  // before every key of this warpgroup: adds 0
                 release(sm.empty(s), lane);
-                publish_dq(sm, dq, true, m++, cw, lane, meta(qt));
+                if (PIPELINED) {
+                    zero_owed = true;  // handed over after the next tile's step, as the other
+                } else {               // warpgroup hands this tile over then
+                    publish_dq(sm, dq, true, m++, cw, lane, meta(qt));
+                }
                 continue;
             }
-            fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
-                                   scale_log2, !first, lane,
-                                   [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
-            first = false;
+            if constexpr (!PIPELINED) {
+                fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
+                                       scale_log2, !first, lane,
+                                       [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
+                first = false;
+                continue;
+            }
+            cur ^= 1;
+            if (pending >= 0) {
+                fused_step_overlapped<HS, STAGES, true>(
+                    dk, dv, dq, st, dpt, tiles, cur, sm, s, pending, cw, qt * kInner, key0,
+                    scale_log2, !first, lane,
+                    [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(pending_qt)); });
+                first = false;
+            } else {
+                fused_step_overlapped<HS, STAGES, false>(dk, dv, dq, st, dpt, tiles, cur, sm, s, 0,
+                                                         cw, qt * kInner, key0, scale_log2, false,
+                                                         lane, [] {});
+            }
+            if (zero_owed) {
+                publish_dq(sm, dq, true, m++, cw, lane, meta(k0 / kInner));
+                zero_owed = false;
+            }
+            pending = s;
+            pending_qt = qt;
         }
+        if (PIPELINED && pending >= 0) {
+            fused_drain<HS, STAGES>(dk, dv, dq, tiles, cur, sm, pending, !first, lane);
+            first = false;
+            publish_dq(sm, dq, false, m++, cw, lane, meta(pending_qt));
+        }
+        if (zero_owed) publish_dq(sm, dq, true, m++, cw, lane, meta(k0 / kInner));
         release(sm.outer_empty(), lane);  // K (read by the dq GEMMs) and V: done
         if (first) {  // every key of this warpgroup >= T: no query tile reached them
 #pragma unroll
@@ -1106,7 +1202,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 // Grid: up to one CTA per SM, each taking tiles (B*NH heads x ceil(T / 128) key tiles) by
 // ticket; 384 threads: the producer's thread, the dq writer's (warp 1), two consumer warpgroups.
 // flags and the ticket counter are zero at launch.
-template <int HS, int STAGES>
+template <int HS, int STAGES, bool PIPELINED>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_fused_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                       const __grid_constant__ CUtensorMap qkv_inner,
@@ -1141,7 +1237,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
         }
     } else {
         setmaxnreg_inc<232>();
-        fused_consumer<HS, STAGES>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
+        fused_consumer<HS, STAGES, PIPELINED>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
     }
 #endif
 }
@@ -1309,11 +1405,11 @@ void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int var
 
 // The fused backward: zeroed flags and ticket, the row statistics, the fused kernel (dk, dv and
 // the dq accumulator), the dq conversion.
-template <int HS>
+template <int HS, bool PIPELINED>
 void fused_launch(const Context& ctx, const BackwardArgs& a) {
     constexpr int kStages = 4;
     constexpr size_t smem = FusedSmem<HS, kStages>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages>;
+    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages, PIPELINED>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const int T_pad = padded_t(a.T), n_kb = (a.T + kRows - 1) / kRows;
@@ -1359,8 +1455,12 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
-    if (kernels & kBackwardFused) {
-        fused_launch<HS>(ctx, a);
+    if (kernels & kBackwardFused) {  // variant 0: pipelined, 1: one GEMM group at a time
+        if (dkdv_variant == 0) {
+            fused_launch<HS, true>(ctx, a);
+        } else {
+            fused_launch<HS, false>(ctx, a);
+        }
         return a.parts;
     }
     // dq first: it writes lse2 and D, which dk/dv reads.

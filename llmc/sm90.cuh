@@ -64,9 +64,13 @@ __host__ __device__ constexpr int frag_col(int t, int e) {
 
 namespace sm90 {
 
-// A wait that outlives this is a deadlock (a lost TMA or a barrier miscount): the kernel traps,
-// so the launch fails with an error instead of hanging the process.
+// A wait that outlives this is a deadlock (a lost TMA or a barrier miscount): the kernel stops
+// at a breakpoint, which without a debugger fails the launch ("unspecified launch failure")
+// instead of hanging the process. Not __trap(): a trap anywhere in a warpgroup's branch makes
+// ptxas allocate that branch's registers by the kernel's launch bound (168 at 384 threads)
+// instead of its setmaxnreg budget, and the consumers spill.
 constexpr uint64_t kWaitTimeoutNs = 10ull * 1000 * 1000 * 1000;
+__device__ __forceinline__ void wait_timed_out() { __brkpt(); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -111,7 +115,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     if (mbar_try_wait(bar, parity)) return;
     const uint64_t start = global_timer_ns();
     while (!mbar_try_wait(bar, parity)) {
-        if (global_timer_ns() - start > kWaitTimeoutNs) __trap();
+        if (global_timer_ns() - start > kWaitTimeoutNs) wait_timed_out();
     }
 }
 
@@ -193,7 +197,7 @@ __device__ __forceinline__ void flag_wait_equal(const int* flag, int value) {
         int v;
         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
         if (v == value) return;
-        if (global_timer_ns() - start > kWaitTimeoutNs) __trap();
+        if (global_timer_ns() - start > kWaitTimeoutNs) wait_timed_out();
     }
 }
 // *flag += 1 with release semantics at GPU scope.

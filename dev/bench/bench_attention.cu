@@ -186,12 +186,14 @@ void bench_sm90_variants(const Context& ctx, const Shape& s, int iters, Buffers<
     }
     // The fused backward (one kernel for dq, dk and dv, and its row-statistics and dq
     // conversion kernels), interleaved with the two kernels' variants.
-    bwd.push_back({"sm90 fused", "bwd", 2.5 * gflop, [&](int i) {
-                       flash_attention_sm90_backward(ctx, d.dqkv.get(), d.scratch.get(),
-                                                     d.dout[i]->get(), d.qkv[i]->get(), d.out.get(),
-                                                     d.lse.get(), s.B, s.T, s.NH, s.HS, false, 0, 0,
-                                                     kBackwardFused);
-                   }});
+    for (int v = 0; v < flash_attention_variants(FlashPass::kDkdv, FlashPath::kSm90Fused); v++) {
+        bwd.push_back({"sm90 fused" + std::to_string(v), "bwd", 2.5 * gflop, [&, v](int i) {
+                           flash_attention_sm90_backward(ctx, d.dqkv.get(), d.scratch.get(),
+                                                         d.dout[i]->get(), d.qkv[i]->get(),
+                                                         d.out.get(), d.lse.get(), s.B, s.T, s.NH,
+                                                         s.HS, false, 0, v, kBackwardFused);
+                       }});
+    }
     time_interleaved(ctx, s, iters, bwd);
 }
 
@@ -232,7 +234,7 @@ double bench_flash(const Context& ctx, const Shape& s, int iters, bool variants)
         print_row("flash-sm90", "bwd", s, 2.5 * gflop, bwd);
         const Stats fused = time_backward(FlashPath::kSm90Fused);
         print_row("flash-sm90-fused", "bwd", s, 2.5 * gflop, fused);
-        if (ctx.flash_fused_backward) bwd = fused;
+        if (flash_attention_fused_backward_chosen(ctx, s.B, s.T, s.NH, s.HS)) bwd = fused;
     }
     if (variants) {
         char impl[32];

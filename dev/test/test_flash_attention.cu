@@ -346,18 +346,28 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     // The fused Hopper backward: checked against the reference like every path, run to run bit
     // for bit (in test_variants), and its dk and dv (the dk/dv kernel's GEMMs and sums, with P^T
     // and dS^T read from shared memory instead of registers) bitwise the two kernels'.
+    // Its variants add the same partials in the same order: the same bits as its variant 0.
     RunBytes fused;
-    if (bwd == FlashPath::kSm90) {
-        fused = test_variants(ctx, r, d,
-                              Variants{0, 0, 0, FlashPath::kSm90Fused, FlashPath::kSm90Fused});
-        std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused = sm90 dk, dv", s.B,
-                      s.T, s.NH, s.HS);
-        check_bitwise_equal(name, dkdv_bytes(sm90.dqkv, s), dkdv_bytes(fused.dqkv, s));
+    for (int v = 0; bwd == FlashPath::kSm90 &&
+                    v < flash_attention_variants(FlashPass::kDkdv, FlashPath::kSm90Fused);
+         v++) {
+        const RunBytes run = test_variants(
+            ctx, r, d, Variants{0, 0, v, FlashPath::kSm90Fused, FlashPath::kSm90Fused});
+        std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused%d = sm90 dk, dv", s.B,
+                      s.T, s.NH, s.HS, v);
+        check_bitwise_equal(name, dkdv_bytes(sm90.dqkv, s), dkdv_bytes(run.dqkv, s));
+        if (v == 0) {
+            fused = run;
+        } else {
+            std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused%d = fused0 dqkv",
+                          s.B, s.T, s.NH, s.HS, v);
+            check_bitwise_equal(name, fused.dqkv, run.dqkv);
+        }
     }
     const RunBytes autom =
         test_variants(ctx, r, d, Variants{0, 0, 0, FlashPath::kAuto, FlashPath::kAuto});
     const RunBytes& expected_fwd = sm90_fwd ? sm90 : mma;
-    const bool auto_fused = bwd == FlashPath::kSm90 && ctx.flash_fused_backward;
+    const bool auto_fused = flash_attention_fused_backward_chosen(ctx, s.B, s.T, s.NH, s.HS);
     const RunBytes& expected_bwd = auto_fused ? fused : sm90_fwd ? sm90 : mma;
     std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s out", s.B, s.T, s.NH, s.HS,
                   sm90_fwd ? "sm90" : "mma.sync");

@@ -57,6 +57,7 @@ if [ "$ab" = 1 ]; then
         "branches-zeroing|LLMC_BRANCHES=zeroing"
         "branches-all|LLMC_BRANCHES=all"
         "pdl|LLMC_PDL=1"
+        "ln-bwd-variant0|LLMC_LAYERNORM_BACKWARD_VARIANT=0"
         "ln-bwd-variant1|LLMC_LAYERNORM_BACKWARD_VARIANT=1"
         "ln-bwd-variant2|LLMC_LAYERNORM_BACKWARD_VARIANT=2"
         "classifier-variant1|LLMC_CLASSIFIER_VARIANT=1"
