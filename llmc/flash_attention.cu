@@ -896,7 +896,7 @@ struct Tiles {
 constexpr int kForwardVariants = 3;
 constexpr int kDqVariants = 3;
 constexpr int kDkdvVariants = 3;
-// The fused Hopper backward (kSm90Fused): one GEMM group at a time (0, the default) or pipelined.
+// The fused Hopper backward (kSm90Fused): pipelined (0, the default) or one GEMM group at a time.
 constexpr int kSm90FusedVariants = 2;
 // kAuto takes the fused backward from this many 128-key tiles per SM (performance log: it lost
 // to the two kernels at d12 B=4, 2.9 tiles per SM, and won at B=64, 46.5).
@@ -1196,8 +1196,9 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
         if (path == FlashPath::kSm90Fused) {
             return variant == 0 ? "fused: dq, dk and dv in one kernel, dq added into a float "
-                                  "accumulator in a fixed order; one GEMM group at a time"
-                                : "as 0, a tile's gradient GEMMs beside the next tile's softmax";
+                                  "accumulator in a fixed order; a tile's gradient GEMMs beside "
+                                  "the next tile's softmax"
+                                : "as 0, one GEMM group at a time";
         }
         return flash_attention_sm90_backward_variant_name(variant);
     }

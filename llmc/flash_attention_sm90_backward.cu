@@ -124,9 +124,6 @@ struct BwdSmem {
     __device__ const float* stats_ptr(int s) const {
         return reinterpret_cast<const float*>(generic + kRing + s * kStageBytes + 2 * kInnerBytes);
     }
-    __device__ float* stats_rw(int s) const {
-        return reinterpret_cast<float*>(generic + kRing + s * kStageBytes + 2 * kInnerBytes);
-    }
     __device__ float* row_d() const { return reinterpret_cast<float*>(generic + kRowD); }
     __device__ float* part(int buffer) const {
         return reinterpret_cast<float*>(generic + kPart) + buffer * 8 * HS;
@@ -189,15 +186,13 @@ __device__ BwdSmem<HS, STAGES> bwd_smem(unsigned char* smem_raw) {
     return BwdSmem<HS, STAGES>{base, smem_raw + (base - raw)};
 }
 
-// full_arrivals: the arrivals that fill a ring stage (the producer's, and in the fused kernel
-// its row-statistics warps').
 template <int HS, int STAGES>
-__device__ void init_barriers(const BwdSmem<HS, STAGES>& sm, int full_arrivals = 1) {
+__device__ void init_barriers(const BwdSmem<HS, STAGES>& sm) {
     if (threadIdx.x == 0) {
         mbar_init(sm.outer_full(), 1);
         mbar_init(sm.outer_empty(), kConsumerWarps);
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(sm.full(s), full_arrivals);
+            mbar_init(sm.full(s), 1);
             mbar_init(sm.empty(s), kConsumerWarps);
         }
         fence_barrier_init();
@@ -297,33 +292,28 @@ __device__ void dq_producer(const CUtensorMap* qkv_rows, const CUtensorMap* dout
     }
 }
 
-// dO_r . O_r over HS / 2 channels from `at`, in the order every D is summed in: D_r is this sum
-// over the row's first half plus the same over its second half (row_dot_pair, and the fused
-// kernel's row statistics), so that the dq kernel and the fused kernel agree bit for bit.
-template <int HS>
-__device__ __forceinline__ float half_row_dot(const bf16* dout, const bf16* out, long long at) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < HS / 2; c += 8) {
-        const uint4 x = *reinterpret_cast<const uint4*>(dout + at + c);
-        const uint4 y = *reinterpret_cast<const uint4*>(out + at + c);
-        const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-        const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 xf = __bfloat1622float2(x2[k]), yf = __bfloat1622float2(y2[k]);
-            sum += xf.x * yf.x + xf.y * yf.y;
-        }
-    }
-    return sum;
-}
-
-// D_r by a pair of adjacent lanes, each over its half of the row (at: the half's first channel;
-// valid false: the half counts 0); every lane of the warp calls it.
+// D_r = dO_r . O_r summed by a pair of adjacent lanes, each over HS / 2 channels from `at` (its
+// half of the row), then across the pair; every lane of the warp calls it (valid false: the
+// lane's half counts 0). The one order in which every D is summed, so that the dq kernel and
+// the fused kernel's row statistics agree bit for bit.
 template <int HS>
 __device__ __forceinline__ float row_dot_pair(const bf16* dout, const bf16* out, long long at,
                                               bool valid) {
-    const float sum = valid ? half_row_dot<HS>(dout, out, at) : 0.0f;
+    float sum = 0.0f;
+    if (valid) {
+#pragma unroll
+        for (int c = 0; c < HS / 2; c += 8) {
+            const uint4 x = *reinterpret_cast<const uint4*>(dout + at + c);
+            const uint4 y = *reinterpret_cast<const uint4*>(out + at + c);
+            const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+            const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 xf = __bfloat1622float2(x2[k]), yf = __bfloat1622float2(y2[k]);
+                sum += xf.x * yf.x + xf.y * yf.y;
+            }
+        }
+    }
     return sum + __shfl_xor_sync(0xffffffffu, sum, 1);
 }
 
@@ -522,9 +512,9 @@ __device__ void dq_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dq
 // ---- dk / dv ------------------------------------------------------------------------------------
 
 // The loads of one dk/dv tile (head bh, keys from k0): K and V (kRows keys) once outer_empty
-// allows, then Q, dO and (BULK_STATS) lse2 and D of the query tiles from the diagonal to T
-// through the ring (qs: the ring position, advanced).
-template <int HS, int STAGES, bool BULK_STATS = true>
+// allows, then Q, dO, lse2 and D of the query tiles from the diagonal to T through the ring (qs:
+// the ring position, advanced).
+template <int HS, int STAGES>
 __device__ __forceinline__ void dkdv_load_tile(const CUtensorMap* qkv_rows,
                                                const CUtensorMap* qkv_inner,
                                                const CUtensorMap* dout_inner, const float* lse2,
@@ -537,15 +527,13 @@ __device__ __forceinline__ void dkdv_load_tile(const CUtensorMap* qkv_rows,
     for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
         const int s = qs % STAGES;
         mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes +
-                                              (BULK_STATS ? BwdSmem<HS, STAGES>::kStatsBytes : 0));
+        mbar_arrive_expect_tx(
+            sm.full(s), 2 * BwdSmem<HS, STAGES>::kInnerBytes + BwdSmem<HS, STAGES>::kStatsBytes);
         tma_load_tile<HS, kInner>(sm.inner(s, 0), qkv_inner, sm.full(s), h, qt * kInner, b);
         tma_load_tile<HS, kInner>(sm.inner(s, 1), dout_inner, sm.full(s), h, qt * kInner, b);
-        if constexpr (BULK_STATS) {
-            const long long at = (long long)bh * T_pad + qt * kInner;
-            bulk_load(sm.stats(s), lse2 + at, kInner * 4, sm.full(s));
-            bulk_load(sm.stats(s) + kInner * 4, D + at, kInner * 4, sm.full(s));
-        }
+        const long long at = (long long)bh * T_pad + qt * kInner;
+        bulk_load(sm.stats(s), lse2 + at, kInner * 4, sm.full(s));
+        bulk_load(sm.stats(s) + kInner * 4, D + at, kInner * 4, sm.full(s));
     }
 }
 
@@ -950,8 +938,9 @@ __device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ 
 // a slot (read after outer_full), and loads it; -1 in the slot ends the consumers' loop.
 template <int HS, int STAGES>
 __device__ void fused_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qkv_inner,
-                               const CUtensorMap* dout_inner, const FusedSmem<HS, STAGES>& sm,
-                               int T, int NH, int n_kb, int total, int* ticket_counter) {
+                               const CUtensorMap* dout_inner, const float* lse2, const float* D,
+                               const FusedSmem<HS, STAGES>& sm, int T, int NH, int n_kb, int total,
+                               int* ticket_counter) {
     int qs = 0;
     for (int tiles = 0;; tiles++) {
         const int ticket = atomicAdd(ticket_counter, 1);
@@ -963,64 +952,8 @@ __device__ void fused_producer(const CUtensorMap* qkv_rows, const CUtensorMap* q
         }
         *sm.slot(tiles & 1) = ticket;
         const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb;
-        dkdv_load_tile<HS, STAGES, false>(qkv_rows, qkv_inner, dout_inner, nullptr, nullptr, sm, T,
-                                          NH, bh, kb * kRows, qs);
-    }
-}
-
-// The row-statistics warps (kStatsWarps, one thread a query row of the inner tile): for each
-// ring stage the producer fills, lse2 = lse * log2(e) and D = dO . O of its 64 query rows (from
-// global memory; +inf and 0 past T) into the stage's stats, then an arrival that completes it
-// with the producer's loads. They follow the tiles through the slots as the consumers do.
-constexpr int kStatsWarps = 2;
-template <int HS, int STAGES>
-__device__ void fused_row_stats(const FusedSmem<HS, STAGES>& sm, const bf16* dout, const bf16* out,
-                                const float* lse, int T, int NH, int n_kb) {
-    static_assert(kStatsWarps * 32 == kInner, "a thread a row of the inner tile");
-    const int r = threadIdx.x % kInner, lane = threadIdx.x % 32, n_qt = padded_t(T) / kInner;
-    int qs = 0;
-    for (int tile = 0;; tile++) {
-        mbar_wait(sm.outer_full(), tile & 1);
-        const int ticket = *sm.slot(tile & 1);
-        if (ticket < 0) return;
-        const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb, b = bh / NH, h = bh % NH;
-        for (int qt = kb * kRows / kInner; qt < n_qt; qt++, qs++) {
-            const int s = qs % STAGES, t = qt * kInner + r;
-            mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
-            float d = 0.0f, l2 = INFINITY;
-            if (t < T) {
-                // half_row_dot's sums, two 16-byte loads of each tensor at a time (this branch
-                // has few registers).
-                const long long at = ((long long)b * T + t) * NH * HS + h * HS;
-                float half[2] = {0.0f, 0.0f};
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-#pragma unroll 1
-                    for (int c = i * HS / 2; c < (i + 1) * HS / 2; c += 16) {
-#pragma unroll
-                        for (int u = 0; u < 16; u += 8) {
-                            const uint4 x = *reinterpret_cast<const uint4*>(dout + at + c + u);
-                            const uint4 y = *reinterpret_cast<const uint4*>(out + at + c + u);
-                            const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-                            const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                const float2 xf = __bfloat1622float2(x2[k]);
-                                const float2 yf = __bfloat1622float2(y2[k]);
-                                half[i] += xf.x * yf.x + xf.y * yf.y;
-                            }
-                        }
-                    }
-                }
-                d = half[0] + half[1];
-                l2 = lse[(long long)bh * T + t] * kLog2e;
-            }
-            float* stats = sm.stats_rw(s);
-            stats[r] = l2;
-            stats[kInner + r] = d;
-            __syncwarp();
-            if (lane == 0) mbar_arrive(sm.full(s));
-        }
+        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, T, NH, bh,
+                                   kb * kRows, qs);
     }
 }
 
@@ -1274,13 +1207,12 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_fused_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                       const __grid_constant__ CUtensorMap qkv_inner,
                                       const __grid_constant__ CUtensorMap dout_inner,
-                                      bf16* __restrict__ dqkv,        // (B, T, 3C), dk, dv parts
-                                      const bf16* __restrict__ dout,  // (B, T, C)
-                                      const bf16* __restrict__ out,   // (B, T, C)
-                                      const float* __restrict__ lse,  // (B, NH, T)
-                                      float* __restrict__ bias_part,  // (B * tiles, 2C) or null
-                                      float* __restrict__ dq_acc,     // (B, NH, T_pad, HS) tiles
-                                      int* __restrict__ flags,        // (B, NH, T_pad / 64)
+                                      bf16* __restrict__ dqkv,         // (B, T, 3C), dk, dv parts
+                                      const float* __restrict__ lse2,  // (B, NH, T_pad)
+                                      const float* __restrict__ D,     // (B, NH, T_pad)
+                                      float* __restrict__ bias_part,   // (B * tiles, 2C) or null
+                                      float* __restrict__ dq_acc,      // (B, NH, T_pad, HS) tiles
+                                      int* __restrict__ flags,         // (B, NH, T_pad / 64)
                                       int* __restrict__ ticket, int T, int NH, int n_kb, int total,
                                       float scale, float scale_log2) {
 #ifdef LLMC_SM90A_DEVICE
@@ -1292,24 +1224,42 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
             mbar_init(sm.dq_empty(i), 1);
         }
     }
-    init_barriers(sm, 1 + kStatsWarps);  // fences the initializations and syncs
-    // One branch per role (the register budgets of setmaxnreg apply to each branch): the
-    // producer's thread, the dq writer's (warp 1), the row statistics (warps 2 and 3), and two
-    // consumer warpgroups.
+    init_barriers(sm);  // fences the initializations and syncs
+    // One branch per role (the register budgets of setmaxnreg apply to each branch).
     if (threadIdx.x < 128) {
-        setmaxnreg_dec<56>();
+        setmaxnreg_dec<40>();
         if (threadIdx.x == 0) {
             prefetch_tensor_map(&qkv_inner);
-            fused_producer<HS, STAGES>(&qkv_rows, &qkv_inner, &dout_inner, sm, T, NH, n_kb, total,
-                                       ticket);
+            fused_producer<HS, STAGES>(&qkv_rows, &qkv_inner, &dout_inner, lse2, D, sm, T, NH, n_kb,
+                                       total, ticket);
         } else if (threadIdx.x == 32) {
             fused_dq_writer<HS, STAGES>(sm, dq_acc, flags);
-        } else if (threadIdx.x >= 64) {
-            fused_row_stats<HS, STAGES>(sm, dout, out, lse, T, NH, n_kb);
         }
     } else {
-        setmaxnreg_inc<224>();
+        setmaxnreg_inc<232>();
         fused_consumer<HS, STAGES, PIPELINED>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
+    }
+#endif
+}
+
+// lse2 = lse * log2(e) and D = dO . O for the fused kernel, as the dq kernel writes them for the
+// dk/dv kernel (rows t < T_pad of each (b, h); +inf and 0 past T), with the same sums. Two
+// threads a row, rows in (b, t, h) order, so a warp reads 16 consecutive rows of dO and O.
+template <int HS>
+__global__ void __launch_bounds__(128)
+    backward_row_stats_kernel(float* __restrict__ lse2, float* __restrict__ D,
+                              const bf16* __restrict__ dout, const bf16* __restrict__ out,
+                              const float* __restrict__ lse, int T, int NH) {
+#ifdef LLMC_SM90A_DEVICE
+    const int T_pad = padded_t(T);
+    const long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 2;
+    const int h = (int)(row % NH), t = (int)(row / NH % T_pad);
+    const long long b = row / NH / T_pad, bh = b * NH + h;
+    const int c0 = (threadIdx.x % 2) * (HS / 2);
+    const float sum = row_dot_pair<HS>(dout, out, ((b * T + t) * NH + h) * HS + c0, t < T);
+    if (threadIdx.x % 2 == 0) {
+        D[bh * T_pad + t] = sum;  // 0 past T
+        lse2[bh * T_pad + t] = t < T ? lse[bh * T + t] * kLog2e : INFINITY;
     }
 #endif
 }
@@ -1453,8 +1403,8 @@ void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int var
     }
 }
 
-// The fused backward: zeroed flags and ticket, the fused kernel (dk, dv and the dq accumulator),
-// the dq conversion.
+// The fused backward: zeroed flags and ticket, the row statistics, the fused kernel (dk, dv and
+// the dq accumulator), the dq conversion.
 template <int HS, bool PIPELINED>
 void fused_launch(const Context& ctx, const BackwardArgs& a) {
     constexpr int kStages = 4;
@@ -1469,11 +1419,15 @@ void fused_launch(const Context& ctx, const BackwardArgs& a) {
                heads * a.T);
     LLMC_CUDA_CHECK(
         cudaMemsetAsync(a.sc.flags, 0, flag_count(a.B, a.T, a.NH) * sizeof(int), ctx.stream));
+    // Two threads a row: a multiple of 128 threads, since T_pad is a multiple of 64.
+    backward_row_stats_kernel<HS><<<(unsigned)(heads * T_pad * 2 / 128), 128, 0, ctx.stream>>>(
+        a.sc.lse2, a.sc.d, a.dout, a.out, a.lse, a.T, a.NH);
+    LLMC_CUDA_CHECK_LAST();
     const int grid = (int)std::min<long long>(total, ctx_num_sms(ctx));
     int* const ticket = a.sc.flags + (flag_count(a.B, a.T, a.NH) - 1);
     kernel<<<grid, kThreads, smem, ctx.stream>>>(
-        a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.dout, a.out, a.lse, a.parts.kv,
-        a.sc.dq_acc, a.sc.flags, ticket, a.T, a.NH, n_kb, (int)total, a.scale, a.scale_log2);
+        a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.sc.lse2, a.sc.d, a.parts.kv, a.sc.dq_acc,
+        a.sc.flags, ticket, a.T, a.NH, n_kb, (int)total, a.scale, a.scale_log2);
     LLMC_CUDA_CHECK_LAST();
     dq_convert_kernel<HS><<<dim3((unsigned)heads, (unsigned)n_kb), HS / 2 * 8, 0, ctx.stream>>>(
         a.dqkv, a.parts.q, a.sc.dq_acc, a.T, a.NH, a.scale);
@@ -1501,11 +1455,11 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
-    if (kernels & kBackwardFused) {  // variant 0: one GEMM group at a time, 1: pipelined
+    if (kernels & kBackwardFused) {  // variant 0: pipelined, 1: one GEMM group at a time
         if (dkdv_variant == 0) {
-            fused_launch<HS, false>(ctx, a);
-        } else {
             fused_launch<HS, true>(ctx, a);
+        } else {
+            fused_launch<HS, false>(ctx, a);
         }
         return a.parts;
     }
