@@ -115,7 +115,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 0) != 0);
     ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 2, 2);
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 0);
-    ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 1, 1) != 0;
+    ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -136,7 +136,10 @@ std::string context_overlap_summary(const Context& ctx) {
     return "branches " + b + " | pdl " + (ctx.pdl ? "on" : "off") +
            " | layernorm backward variant " + std::to_string(ctx.layernorm_backward_variant) +
            " | classifier variant " + std::to_string(ctx.classifier_variant) +
-           " | flash backward " + (ctx.flash_fused_backward ? "fused" : "split");
+           " | flash backward " +
+           (ctx.flash_fused_backward == 0   ? "split"
+            : ctx.flash_fused_backward == 1 ? "fused on large grids"
+                                            : "fused");
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

@@ -17,8 +17,9 @@
 //                  (griddepcontrol.wait) before touching memory.
 // and the choice between kernel variants of one op: LLMC_LAYERNORM_BACKWARD_VARIANT (0-2, default
 // 2: the staged-rows kernel; every variant gives the same bits), LLMC_CLASSIFIER_VARIANT (0-1,
-// default 0) (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (1, the default: the Hopper
-// attention backward in one kernel on large grids; 0: its dq and dk/dv kernels).
+// default 0) (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the
+// Hopper attention backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one
+// kernel wherever the Hopper backward runs).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -65,9 +66,10 @@ struct Context {
     bool pdl = false;
     int layernorm_backward_variant = 2;
     int classifier_variant = 0;
-    // Hopper flash attention backward: the fused kernel (flash_attention.cuh, kSm90Fused) or
-    // the dq and dk/dv kernels (LLMC_FLASH_FUSED_BACKWARD=0).
-    bool flash_fused_backward = true;
+    // Hopper flash attention backward (LLMC_FLASH_FUSED_BACKWARD): 0 the dq and dk/dv kernels,
+    // 1 the fused kernel (flash_attention.cuh, kSm90Fused) on large grids, 2 the fused kernel
+    // wherever the Hopper backward runs.
+    int flash_fused_backward = 1;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

@@ -896,7 +896,7 @@ struct Tiles {
 constexpr int kForwardVariants = 3;
 constexpr int kDqVariants = 3;
 constexpr int kDkdvVariants = 3;
-// The fused Hopper backward (kSm90Fused): pipelined (0, the default) or one GEMM group at a time.
+// The fused Hopper backward (kSm90Fused): one GEMM group at a time (0, the default) or pipelined.
 constexpr int kSm90FusedVariants = 2;
 // kAuto takes the fused backward from this many 128-key tiles per SM (performance log: it lost
 // to the two kernels at d12 B=4, 2.9 tiles per SM, and won at B=64, 46.5).
@@ -1196,9 +1196,8 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
         if (path == FlashPath::kSm90Fused) {
             return variant == 0 ? "fused: dq, dk and dv in one kernel, dq added into a float "
-                                  "accumulator in a fixed order; a tile's gradient GEMMs beside "
-                                  "the next tile's softmax"
-                                : "as 0, one GEMM group at a time";
+                                  "accumulator in a fixed order; one GEMM group at a time"
+                                : "as 0, a tile's gradient GEMMs beside the next tile's softmax";
         }
         return flash_attention_sm90_backward_variant_name(variant);
     }
@@ -1227,11 +1226,12 @@ void flash_attention_forward(const Context& ctx, bf16* out, float* lse, const bf
 }
 
 bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int NH, int HS) {
-    if (!ctx.flash_fused_backward || !flash_attention_sm90_backward_available(ctx, HS)) {
+    if (ctx.flash_fused_backward == 0 || !flash_attention_sm90_backward_available(ctx, HS)) {
         return false;
     }
     const long long tiles = (long long)B * NH * ((T + 127) / 128);
-    return tiles >= (long long)kFusedMinTilesPerSm * ctx_num_sms(ctx);
+    return ctx.flash_fused_backward == 2 ||
+           tiles >= (long long)kFusedMinTilesPerSm * ctx_num_sms(ctx);
 }
 
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.

@@ -38,8 +38,9 @@ size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 // summed in a fixed order of its own, so its bits differ from kSm90's two kernels'), which kAuto
 // takes where flash_attention_fused_backward_chosen says so.
 enum class FlashPath { kAuto, kMmaSync, kSm90, kSm90Fused };
-// Whether kAuto's backward is the fused one: the Hopper backward applies, LLMC_FLASH_FUSED_BACKWARD
-// is not 0 (Context::flash_fused_backward), and the grid is large enough (flash_attention.cu).
+// Whether kAuto's backward is the fused one: the Hopper backward applies, and
+// Context::flash_fused_backward (LLMC_FLASH_FUSED_BACKWARD) is 2, or 1 and the grid is large
+// enough (flash_attention.cu).
 bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int NH, int HS);
 bool flash_attention_sm90_available(const Context& ctx, int HS);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);

@@ -1455,11 +1455,11 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
-    if (kernels & kBackwardFused) {  // variant 0: pipelined, 1: one GEMM group at a time
+    if (kernels & kBackwardFused) {  // variant 0: one GEMM group at a time, 1: pipelined
         if (dkdv_variant == 0) {
-            fused_launch<HS, true>(ctx, a);
-        } else {
             fused_launch<HS, false>(ctx, a);
+        } else {
+            fused_launch<HS, true>(ctx, a);
         }
         return a.parts;
     }

@@ -184,11 +184,14 @@ if want tests; then
     for g in 1 0; do
         step "test_gpt2cu_small_graph$g" ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin" --graph $g
     done
+    # The fused Hopper attention backward, which the defaults take on large grids only.
+    step test_gpt2cu_small_fused env LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin"
     if want_d12; then
         dump_d12
         for g in 1 0; do
             step "test_gpt2cu_d12_graph$g" ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin" --graph $g
         done
+        step test_gpt2cu_d12_fused env LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
     fi
 fi
 
