@@ -142,6 +142,14 @@ std::string context_overlap_summary(const Context& ctx) {
                                             : "fused");
 }
 
+bool context_switches_default(const Context& ctx) {
+    const Context defaults;
+    return ctx.branches == defaults.branches && ctx.pdl == defaults.pdl &&
+           ctx.layernorm_backward_variant == defaults.layernorm_backward_variant &&
+           ctx.classifier_variant == defaults.classifier_variant &&
+           ctx.flash_fused_backward == defaults.flash_fused_backward;
+}
+
 void device_alloc(void** ptr, size_t bytes, const char* what) {
     if (cudaMalloc(ptr, bytes) == cudaSuccess) return;
     cudaGetLastError();  // clear the (non-sticky) allocation error

@@ -90,8 +90,10 @@ void context_init(Context* ctx, int device, bool tf32);
 // Sets the overlap switches; allocates the branch's workspace when GEMMs go on the branch. PDL
 // stays off on devices before sm_90. Not while work is in flight on the branch.
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl);
-// "branches gemms,reduces | pdl on | layernorm backward variant 1 | classifier variant 0".
+// "branches gemms,reduces | pdl on | layernorm backward variant 1 | classifier variant 0 | ...".
 std::string context_overlap_summary(const Context& ctx);
+// Whether every switch above is at its default (the trainer prints the summary otherwise).
+bool context_switches_default(const Context& ctx);
 
 // cudaMalloc, or exit with one sentence: the sizes, the free memory and what to change.
 void device_alloc(void** ptr, size_t bytes, const char* what);

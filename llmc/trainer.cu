@@ -451,9 +451,9 @@ void trainer_init(Trainer* tr, const TrainConfig& tc, const Context& ctx, GPT2* 
     std::printf("device           %s (%d SMs), %s build, %s matmuls, peak %.0f TFLOP/s\n",
                 ctx.props.name, ctx.props.multiProcessorCount, kPrecisionName, mm_precision,
                 tr->peak_tflops);
-    if (ctx.branches != 0 || ctx.pdl || ctx.layernorm_backward_variant != 0 ||
-        ctx.classifier_variant != 0)
+    if (!context_switches_default(ctx)) {
         std::printf("step switches    %s\n", context_overlap_summary(ctx).c_str());
+    }
     std::printf("config           L=%d NH=%d C=%d V=%d Vp=%d maxT=%d, %.1fM parameters\n",
                 cfg.num_layers, cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size,
                 cfg.max_seq_len, model->num_params / 1e6);
