@@ -576,6 +576,32 @@ __device__ __forceinline__ void dkdv_softmax_grad(float (&st)[32], float (&dpt)[
     }
 }
 
+// S^T = K Q^T and dP^T = V dO^T of stage s for this warpgroup's 64 keys (the caller fences and
+// commits).
+template <int HS, int STAGES>
+__device__ __forceinline__ void issue_scores(float (&st)[32], float (&dpt)[32],
+                                             const BwdSmem<HS, STAGES>& sm, int s, int cw) {
+    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
+                                    false);
+}
+
+// S^T and dP^T of stage s, waited for, then P^T and dS^T in their place (dkdv_softmax_grad).
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_scores(float (&st)[32], float (&dpt)[32],
+                                            const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
+                                            int key0, float scale_log2) {
+    fence_operands(st);
+    fence_operands(dpt);
+    wgmma_fence();
+    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(st);
+    fence_operands(dpt);
+    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+}
+
 // One query tile of a dk/dv warpgroup, one GEMM group at a time: S^T = K Q^T and dP^T = V dO^T
 // (64 keys x 64 queries), P^T and dS^T -> dv += P^T dO, dk += dS^T Q.
 template <int HS, int STAGES>
@@ -583,17 +609,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 
                                           float (&dpt)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
                                           const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
                                           int key0, float scale_log2, bool accumulate) {
-    fence_operands(st);
-    fence_operands(dpt);
-    wgmma_fence();
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(st);
-    fence_operands(dpt);
-    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
     accumulator_to_a(pa, st);
     accumulator_to_a(dsa, dpt);
     fence_operands(dk);
@@ -627,9 +643,7 @@ __device__ __forceinline__ void dkdv_step_overlapped(float (&dk)[HS / 2], float 
     fence_operands(pa);
     fence_operands(dsa);
     wgmma_fence();
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
+    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
     wgmma_commit();
     if constexpr (PENDING) {
         gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
@@ -764,17 +778,7 @@ __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS /
                                            const FusedTiles& t, const BwdSmem<HS, STAGES>& sm,
                                            int s, int cw, int q0, int key0, float scale_log2,
                                            bool accumulate, int lane, const Publish& publish) {
-    fence_operands(st);
-    fence_operands(dpt);
-    wgmma_fence();
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(st);
-    fence_operands(dpt);
-    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
+    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
     store_tile(st, t.p(0));
     store_tile(dpt, t.ds(0));
     named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the tiles written by every thread
@@ -807,9 +811,7 @@ __device__ __forceinline__ void fused_step_overlapped(
     fence_operands(dv);
     fence_operands(dq);
     wgmma_fence();
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
+    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
     wgmma_commit();
     if constexpr (PENDING) {
         fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, cur ^ 1, sm, ps, accumulate);
