@@ -116,6 +116,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 2, 2);
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 0);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
+    ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -139,7 +140,8 @@ std::string context_overlap_summary(const Context& ctx) {
            " | flash backward " +
            (ctx.flash_fused_backward == 0   ? "split"
             : ctx.flash_fused_backward == 1 ? "fused on large grids"
-                                            : "fused");
+                                            : "fused") +
+           " | global norm variant " + std::to_string(ctx.global_norm_variant);
 }
 
 bool context_switches_default(const Context& ctx) {
@@ -147,7 +149,8 @@ bool context_switches_default(const Context& ctx) {
     return ctx.branches == defaults.branches && ctx.pdl == defaults.pdl &&
            ctx.layernorm_backward_variant == defaults.layernorm_backward_variant &&
            ctx.classifier_variant == defaults.classifier_variant &&
-           ctx.flash_fused_backward == defaults.flash_fused_backward;
+           ctx.flash_fused_backward == defaults.flash_fused_backward &&
+           ctx.global_norm_variant == defaults.global_norm_variant;
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

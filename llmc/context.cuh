@@ -19,7 +19,8 @@
 // 2: the staged-rows kernel; every variant gives the same bits), LLMC_CLASSIFIER_VARIANT (0-1,
 // default 0) (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the
 // Hopper attention backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one
-// kernel wherever the Hopper backward runs).
+// kernel wherever the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several
+// loads in flight per thread; 0: one; the same bits) (global_norm.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -70,6 +71,9 @@ struct Context {
     // 1 the fused kernel (flash_attention.cuh, kSm90Fused) on large grids, 2 the fused kernel
     // wherever the Hopper backward runs.
     int flash_fused_backward = 1;
+    // Pass 1 of the global norm (LLMC_GLOBAL_NORM_VARIANT): 0 one pack per thread per trip, 1
+    // several (global_norm.cu); the same bits.
+    int global_norm_variant = 1;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

@@ -4,9 +4,10 @@
 //   build/<prec>/dev/bench/bench_ops [--runs N] [--classifier-rows R]
 //
 // Shapes: B=64, T=1024 (N = B*T = 65536 rows), C=768, V=50257, Vp=50304, all 124,475,904
-// parameters of d12 (16 tensors) for AdamW and the global norm; the fused classifier runs on R
-// rows of (Vp) logits (default 8192: the trainer computes the classifier in chunks of rows). The
-// layernorm backward runs at B=4 (N=4096) too.
+// parameters of d12 (16 tensors) for AdamW and the global norm (also sharded: rank 0 of a ZeRO-1
+// split over 2 GPUs); the fused classifier runs on R rows of (Vp) logits (default 8192: the
+// trainer computes the classifier in chunks of rows). The layernorm backward runs at B=4 (N=4096)
+// too.
 //
 // Method:
 //   1. Copy bandwidth: cudaMemcpyAsync device-to-device of 1 GiB; bytes = 2 * size (read +
@@ -19,8 +20,9 @@
 //   3. Bytes are the minimal traffic: each input read once, each output written once, an
 //      accumulated output read and written once; scratch traffic and second passes are not
 //      counted, so the % column is the distance from the floor. Each row prints its formula.
-// Ops with kernel variants (layernorm_backward, fused_classifier) get a row per variant. With
-// LLMC_PDL=1 our kernels launch with programmatic dependent launch, as the trainer would run them.
+// Ops with kernel variants (layernorm_backward, fused_classifier, global_norm_squared) get a row
+// per variant. With LLMC_PDL=1 our kernels launch with programmatic dependent launch, as the
+// trainer would run them.
 // Rows under 80% of the copy bandwidth are flagged with '<80%'. loss_accumulate moves 256 KiB:
 // it is launch-bound by nature and is listed for completeness. Results: docs/results.md.
 #include <algorithm>
@@ -39,6 +41,8 @@
 #include "global_norm.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "model_file.h"
+#include "shard_map.h"
 #include "test/test_util.cuh"
 
 using namespace llmc;
@@ -49,6 +53,7 @@ constexpr int kB = 64, kT = 1024, kC = 768, kL = 12, kV = 50257, kVp = 50304, kM
 constexpr int kN = kB * kT;
 constexpr int kSmallB = 4;                     // the layernorm backward's second batch size
 constexpr int kLayernormBackwardVariants = 3;  // LLMC_LAYERNORM_BACKWARD_VARIANT 0, 1, 2
+constexpr int kGlobalNormVariants = 2;         // LLMC_GLOBAL_NORM_VARIANT 0, 1
 constexpr int kWarmup = 5;
 constexpr double kFlagFraction = 0.8;  // rows below this share of the copy bandwidth are flagged
 constexpr size_t kX = sizeof(floatX);
@@ -346,7 +351,19 @@ AdamWTensors d12_tensors() {
     return t;
 }
 
-void bench_optimizer(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
+// d12 as a model config (the shard map is built from one).
+GPT2Config d12_config() {
+    GPT2Config c;
+    c.max_seq_len = kMaxT;
+    c.vocab_size = kV;
+    c.padded_vocab_size = kVp;
+    c.num_layers = kL;
+    c.num_heads = 12;
+    c.channels = kC;
+    return c;
+}
+
+void bench_optimizer(Context& ctx, Timer& timer, std::vector<Row>* rows) {
     const AdamWTensors tensors = d12_tensors();
     const size_t P = tensors.offsets[16];
     std::printf("adamw / global norm: P = %zu d12 parameters\n", P);
@@ -364,9 +381,32 @@ void bench_optimizer(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     const AdamWStepValues sv{6e-4f, 10};
     LLMC_CUDA_CHECK(cudaMemcpy(step_values.get(), &sv, sizeof(sv), cudaMemcpyHostToDevice));
     const double p = (double)P;
-    Timing t = timer.time(
-        [&] { global_norm_squared(ctx, norm2.get(), norm_scratch.get(), grads.get(), P); });
-    rows->push_back({"global_norm_squared (P values)", "X*P + 4", kX * p + 4.0, t});
+    // Each variant of the norm's first pass (global_norm.cu; LLMC_GLOBAL_NORM_VARIANT) in turn:
+    // the whole buffer, then rank 0's chunks of a ZeRO-1 shard over W = 2 (P/2 values, read at
+    // their places in the whole buffer), into its own output so norm2 stays the whole norm.
+    const GPT2Config cfg = d12_config();
+    LLMC_CHECK(param_layout(cfg).total == P, "bench_ops: d12's layout has %zu parameters, not %zu",
+               param_layout(cfg).total, P);
+    ShardMap shard;
+    std::string why;
+    LLMC_CHECK(shard_map_build(cfg, 2, 0, &shard, &why), "%s", why.c_str());
+    DeviceBuffer<float> shard_norm2(1);
+    Timing t;
+    const int chosen = ctx.global_norm_variant;
+    for (int variant = 0; variant < kGlobalNormVariants; variant++) {
+        ctx.global_norm_variant = variant;
+        const std::string v = ", variant " + std::to_string(variant);
+        t = timer.time(
+            [&] { global_norm_squared(ctx, norm2.get(), norm_scratch.get(), grads.get(), P); });
+        rows->push_back({"global_norm_squared (P values" + v + ")", "X*P + 4", kX * p + 4.0, t});
+        t = timer.time([&] {
+            global_norm_squared_sharded(ctx, shard_norm2.get(), norm_scratch.get(), grads.get(),
+                                        shard);
+        });
+        rows->push_back({"global_norm_squared_sharded (W=2" + v + ")", "X*P/2 + 4",
+                         kX * (double)shard.local_total() + 4.0, t});
+    }
+    ctx.global_norm_variant = chosen;
     // Set by name: the struct may grow fields (value-initialized here) without breaking this.
     AdamWHyper hyper{};
     hyper.beta1 = 0.9f;
