@@ -361,7 +361,9 @@ if [ $((SECONDS - T_START)) -gt "$BUDGET" ]; then
     finish
 fi
 SMALL=(-i "$TRAIN" -e d12 -t 1024 -b 8 -x 1000 --autotune 0)
-out=$(LLMC_RANK=1 LLMC_WORLD_SIZE=$((ngpu + 1)) LLMC_LOCAL_RANK=$ngpu timeout -k 10 60 "$BIN" "${SMALL[@]}" 2>&1)
+# --zero 0: with ZeRO-1 a world of ngpu + 1 ranks that does not divide C (5 on a 4-GPU host) is
+# refused first, before any GPU is picked.
+out=$(LLMC_RANK=1 LLMC_WORLD_SIZE=$((ngpu + 1)) LLMC_LOCAL_RANK=$ngpu timeout -k 10 60 "$BIN" "${SMALL[@]}" --zero 0 2>&1)
 rc=$?
 if [ "$rc" = 1 ] && grep -q "needs GPU $ngpu" <<<"$out"; then
     verdict "f) local rank without a GPU" PASS "$(grep -m1 error <<<"$out")"
