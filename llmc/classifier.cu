@@ -16,10 +16,10 @@
 // A target outside [0, V) makes that row's loss NaN, so a bad batch cannot go unnoticed.
 // Preconditions: 0 < V <= Vp. 16-byte vector loads when Vp is a multiple of 16 / sizeof(floatX)
 // and logits is 16-byte aligned, otherwise one element per thread.
-// Variant 1 (ctx.classifier_variant, LLMC_CLASSIFIER_VARIANT=1): fused_classifier_staged_row_kernel
-// on the vector path where the device has Vp * sizeof(floatX) of shared memory per block: the same
-// arithmetic, bitwise the same results, each row staged in shared memory between the two passes
-// (its comment has the floor and the reasoning).
+// Variant 1 (ctx.classifier_variant, the default; LLMC_CLASSIFIER_VARIANT=0 for variant 0):
+// fused_classifier_staged_row_kernel on the vector path where the device has Vp * sizeof(floatX)
+// of shared memory per block: the same arithmetic, bitwise the same results, each row staged in
+// shared memory between the two passes (its comment has the floor and the reasoning).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

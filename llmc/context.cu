@@ -114,7 +114,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     LLMC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
     context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 0) != 0);
     ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 2, 2);
-    ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 0);
+    ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 1);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
     ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
 }

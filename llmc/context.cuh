@@ -17,10 +17,11 @@
 //                  (griddepcontrol.wait) before touching memory.
 // and the choice between kernel variants of one op: LLMC_LAYERNORM_BACKWARD_VARIANT (0-2, default
 // 2: the staged-rows kernel; every variant gives the same bits), LLMC_CLASSIFIER_VARIANT (0-1,
-// default 0) (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the
-// Hopper attention backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one
-// kernel wherever the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several
-// loads in flight per thread; 0: one; the same bits) (global_norm.cu).
+// default 1: each row staged in shared memory between its passes; the same bits as 0)
+// (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the Hopper attention
+// backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one kernel wherever
+// the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several loads in flight per
+// thread; 0: one; the same bits) (global_norm.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -66,7 +67,7 @@ struct Context {
     unsigned branches = 0;  // kBranch* bits
     bool pdl = false;
     int layernorm_backward_variant = 2;
-    int classifier_variant = 0;
+    int classifier_variant = 1;
     // Hopper flash attention backward (LLMC_FLASH_FUSED_BACKWARD): 0 the dq and dk/dv kernels,
     // 1 the fused kernel (flash_attention.cuh, kSm90Fused) on large grids, 2 the fused kernel
     // wherever the Hopper backward runs.

@@ -121,11 +121,13 @@ for i in "${!SHAPES[@]}"; do
     run "test_gpt2cu_shape$i" ./test_gpt2cu --model "$TESTDATA/shape${i}_model.bin" \
         --state "$TESTDATA/shape${i}_state.bin"
 done
-# Every step switch of llmc/context.cuh on (graph branches, PDL, the kernel variants): the
-# same checks, and the gradients bitwise those of every switch off (test_gpt2cu's last check).
+# Every step switch of llmc/context.cuh away from its default (graph branches, PDL, the other
+# kernel variants): the same checks, and the gradients bitwise those of the switches' other
+# setting (test_gpt2cu's last check).
 for g in 1 0; do
     run "test_gpt2cu_small_graph${g}_switches" env LLMC_BRANCHES=all LLMC_PDL=1 \
-        LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1 ./test_gpt2cu \
+        LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=0 LLMC_GLOBAL_NORM_VARIANT=0 \
+        LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu \
         --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
 done
 # The sharded optimizer kernels, which only multi-GPU runs launch, with PDL too.
