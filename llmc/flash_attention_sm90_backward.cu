@@ -856,15 +856,38 @@ __device__ __forceinline__ void fused_drain(float (&dk)[HS / 2], float (&dv)[HS 
     release(sm.empty(ps), lane);
 }
 
+// The end of a dk/dv tile (keys from key0 of head h of batch b, key tile kb of n): dk (scaled)
+// and dv rounded into dqkv (zeros where no query tile reached this warpgroup's keys: `first`),
+// and with bias_part their column sums into the tile's partial row.
+template <int HS, int STAGES>
+__device__ __forceinline__ void dkdv_epilogue(float (&dk)[HS / 2], float (&dv)[HS / 2], bool first,
+                                              bf16* __restrict__ dqkv, float* bias_part,
+                                              const BwdSmem<HS, STAGES>& sm, int b, int h, int kb,
+                                              int n, int NH, int T, int key0, float scale) {
+    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
+    const int warp = wt / 32, lane = wt % 32, row_frag = 16 * warp + lane / 4;
+    if (first) {  // every key of this warpgroup >= T: no query tile reached them
+#pragma unroll
+        for (int e = 0; e < HS / 2; e++) dk[e] = dv[e] = 0.0f;
+    }
+    const long long C = (long long)NH * HS;
+    bf16* dk_g = dqkv + (long long)b * T * 3 * C + C + h * HS;
+    store_rows<HS>(dk_g, 3 * C, dk, scale, key0 + row_frag, T, lane);
+    store_rows<HS>(dk_g + C, 3 * C, dv, 1.0f, key0 + row_frag, T, lane);
+    if (bias_part != nullptr) {
+        float* dst = bias_part + ((long long)b * n + kb) * 2 * C + h * HS;
+        column_sums<HS>(dst, dk, scale, sm.part(0), 4 * cw + warp, lane);
+        column_sums<HS>(dst + C, dv, 1.0f, sm.part(1), 4 * cw + warp, lane);
+    }
+}
+
 // PIPELINED: S^T and dP^T of each query tile issued with dv and dk of the one before
 // (dkdv_step_overlapped), else one GEMM group at a time (dkdv_step).
 template <int HS, int STAGES, bool PIPELINED>
 __device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dqkv,
                               float* bias_part, int T, int NH, float scale, float scale_log2,
                               const TileSchedule& sched) {
-    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
-    const int warp = wt / 32, lane = wt % 32;
-    const int row_frag = 16 * warp + lane / 4;
+    const int cw = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
     const int n_qt = padded_t(T) / kInner;
     float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {};
     uint32_t pa[16] = {}, dsa[16] = {};
@@ -906,19 +929,8 @@ __device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ 
             dkdv_drain<HS, STAGES>(dk, dv, pa, dsa, sm, pending, !first, lane);
             first = false;
         }
-        if (first) {  // every key of this warpgroup >= T: no query tile reached them
-#pragma unroll
-            for (int e = 0; e < HS / 2; e++) dk[e] = dv[e] = 0.0f;
-        }
-        const long long C = (long long)NH * HS;
-        bf16* dk_g = dqkv + (long long)b * T * 3 * C + C + h * HS;
-        store_rows<HS>(dk_g, 3 * C, dk, scale, key0 + row_frag, T, lane);
-        store_rows<HS>(dk_g + C, 3 * C, dv, 1.0f, key0 + row_frag, T, lane);
-        if (bias_part != nullptr) {
-            float* dst = bias_part + ((long long)b * sched.n + kb) * 2 * C + h * HS;
-            column_sums<HS>(dst, dk, scale, sm.part(0), 4 * cw + warp, lane);
-            column_sums<HS>(dst + C, dv, 1.0f, sm.part(1), 4 * cw + warp, lane);
-        }
+        dkdv_epilogue<HS, STAGES>(dk, dv, first, dqkv, bias_part, sm, b, h, kb, sched.n, NH, T,
+                                  key0, scale);
         tiles++;
     }
 }
@@ -1054,9 +1066,7 @@ template <int HS, int STAGES, bool PIPELINED>
 __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
                                                bf16* __restrict__ dqkv, float* bias_part, int T,
                                                int NH, int n_kb, float scale, float scale_log2) {
-    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
-    const int warp = wt / 32, lane = wt % 32;
-    const int row_frag = 16 * warp + lane / 4;
+    const int cw = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
     const int n_qt = padded_t(T) / kInner;
     float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {}, dq[HS / 2] = {};
     const FusedTiles tiles{sm.tiles(cw), sm.outer(0) + 64 * cw * kRowBytes};
@@ -1120,19 +1130,8 @@ __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
         }
         if (zero_owed) publish_dq(sm, dq, true, m++, cw, lane, meta(k0 / kInner));
         release(sm.outer_empty(), lane);  // K (read by the dq GEMMs) and V: done
-        if (first) {  // every key of this warpgroup >= T: no query tile reached them
-#pragma unroll
-            for (int e = 0; e < HS / 2; e++) dk[e] = dv[e] = 0.0f;
-        }
-        const long long C = (long long)NH * HS;
-        bf16* dk_g = dqkv + (long long)b * T * 3 * C + C + h * HS;
-        store_rows<HS>(dk_g, 3 * C, dk, scale, key0 + row_frag, T, lane);
-        store_rows<HS>(dk_g + C, 3 * C, dv, 1.0f, key0 + row_frag, T, lane);
-        if (bias_part != nullptr) {
-            float* dst = bias_part + ((long long)b * n_kb + kb) * 2 * C + h * HS;
-            column_sums<HS>(dst, dk, scale, sm.part(0), 4 * cw + warp, lane);
-            column_sums<HS>(dst + C, dv, 1.0f, sm.part(1), 4 * cw + warp, lane);
-        }
+        dkdv_epilogue<HS, STAGES>(dk, dv, first, dqkv, bias_part, sm, b, h, kb, n_kb, NH, T, key0,
+                                  scale);
     }
     if (cw == 1) publish_end(sm, m, lane);
 }
