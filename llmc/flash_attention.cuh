@@ -24,7 +24,8 @@ namespace llmc {
 
 // Bytes of scratch the backward needs on either path: mma.sync, B*NH*T floats (D) and
 // B*ceil(T/64)*3C floats (the bias partials), each rounded up to 256 bytes; Hopper, 2*B*NH*T_pad
-// floats (lse and D, T rounded up to 64) and B*ceil(T/128)*3C.
+// floats (lse and D, T rounded up to 64), B*ceil(T/128)*3C, and for the fused backward
+// B*NH*T_pad*HS floats (its dq accumulator) and B*NH*T_pad/64 + 1 ints (its flags and ticket).
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int HS);
 
 // Two sets of kernels: FlashAttention-2 style on mma.sync (any GPU the build targets, every

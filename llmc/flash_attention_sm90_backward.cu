@@ -3,8 +3,10 @@
 // mma.sync kernels of flash_attention.cu), HS = 64.
 //
 // With P = exp(S - lse) recomputed from q, k and the forward's lse, dP = dO V^T, D_t = dO_t . O_t,
-// dS = P (dP - D): dV = P^T dO, dK = scale dS^T Q, dQ = scale dS K. Two kernels, as on the
-// mma.sync path (a deterministic dQ without atomics: S and dP are computed twice):
+// dS = P (dP - D): dV = P^T dO, dK = scale dS^T Q, dQ = scale dS K. Either the fused kernel
+// ("fused dq + dk/dv" below: S and dP once, dq partials added in a fixed order into a float
+// accumulator) or two kernels, as on the mma.sync path (a deterministic dQ without atomics: S and
+// dP are computed twice):
 //   dq kernel (first): a CTA owns 128 query rows (64 per consumer warpgroup), Q and dO of them in
 //     shared memory, and walks key tiles of 64 (K and V in a ring of STAGES stages) from the
 //     diagonal down to 0: S = Q K^T and dP = dO V^T by wgmma (shared-memory operands), P and dS
