@@ -12,11 +12,11 @@
 // and final parameters must be bitwise those of the first run; then once more with every step
 // switch of context.cuh flipped (graph branches, programmatic dependent launch, the layernorm
 // backward and classifier variants), whose gradients and step losses must be bitwise the first's
-// (run it with LLMC_BRANCHES=all LLMC_PDL=1 LLMC_LAYERNORM_BACKWARD_VARIANT=1
-// LLMC_CLASSIFIER_VARIANT=1 to exercise the recompute modes with them on). The classifier runs
-// in three chunks (the last one shorter), so the chunked path is what is compared. Exits 1 on any
-// mismatch; the last line gives the worst error / bound ratio per quantity. The bf16 build's
-// bounds are a multiple of PyTorch's own bf16 autocast error on the same batch (the dump's
+// (run it with LLMC_BRANCHES=0 LLMC_PDL=0 LLMC_LAYERNORM_BACKWARD_VARIANT=1
+// LLMC_CLASSIFIER_VARIANT=0 to exercise the recompute modes with the other settings). The
+// classifier runs in three chunks (the last one shorter), so the chunked path is what is compared.
+// Exits 1 on any mismatch; the last line gives the worst error / bound ratio per quantity. The bf16
+// build's bounds are a multiple of PyTorch's own bf16 autocast error on the same batch (the dump's
 // trailer, version 2 or 3); the fp32 build's are fixed with TF32 off and a multiple of PyTorch's
 // TF32 error with TF32 on (trailer version 3; derived from the autocast error for version 2).
 // Files come from scripts/ref/train_gpt2.py --write-model --write-state.

@@ -54,7 +54,7 @@ void check_architecture(const cudaDeviceProp& props, int device, cudaStream_t st
 // LLMC_BRANCHES: "", "0", "none", "all", or a comma list of gemms, reduces, zeroing.
 unsigned branches_from_env() {
     const char* v = std::getenv("LLMC_BRANCHES");
-    if (v == nullptr) return 0;
+    if (v == nullptr) return kBranchAll;  // the default
     const std::string s = v;
     if (s.empty() || s == "0" || s == "none") return 0;
     if (s == "all" || s == "1") return kBranchAll;  // 1: a switch's usual "on"
@@ -112,7 +112,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     LLMC_CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
     ctx->lt_workspace_bytes = kLtWorkspaceBytes;
     LLMC_CUDA_CHECK(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
-    context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 0) != 0);
+    context_set_overlap(ctx, branches_from_env(), env_int("LLMC_PDL", 0, 1, 1) != 0);
     ctx->layernorm_backward_variant = env_int("LLMC_LAYERNORM_BACKWARD_VARIANT", 0, 2, 2);
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 1);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
@@ -146,7 +146,9 @@ std::string context_overlap_summary(const Context& ctx) {
 
 bool context_switches_default(const Context& ctx) {
     const Context defaults;
-    return ctx.branches == defaults.branches && ctx.pdl == defaults.pdl &&
+    // PDL's default is on where the device has it (sm_90 and later).
+    const bool pdl_default = defaults.pdl && ctx.props.major >= 9;
+    return ctx.branches == defaults.branches && ctx.pdl == pdl_default &&
            ctx.layernorm_backward_variant == defaults.layernorm_backward_variant &&
            ctx.classifier_variant == defaults.classifier_variant &&
            ctx.flash_fused_backward == defaults.flash_fused_backward &&

@@ -5,16 +5,18 @@
 // (descriptors and the chosen algorithm per shape, built once and reused, also inside CUDA
 // graph capture); the Context only deletes it.
 //
-// It also carries the switches of work that may overlap within the training step, off by
-// default (context_init reads them from the environment; context_set_overlap sets them):
-//   LLMC_BRANCHES  comma list of gemms, reduces, zeroing (or all): that work runs on
-//                  ctx.branch_stream, forked from ctx.stream and joined back with events
+// It also carries the switches of work that may overlap within the training step, all on by
+// default (context_init reads them from the environment; context_set_overlap sets them): at d12
+// they take 3% off a B=4 step (the GPU's idle time between kernels) and cost a second stream and
+// a second cuBLASLt workspace (docs/perf-log.md, "Step switches").
+//   LLMC_BRANCHES  comma list of gemms, reduces, zeroing, or all (the default), or 0: that work
+//                  runs on ctx.branch_stream, forked from ctx.stream and joined back with events
 //                  (branch_fork / branch_mark / branch_wait / branch_join), which a CUDA graph
 //                  capture turns into branches of the graph. The kernels and their order of
 //                  sums are the same either way, so results are bitwise the same.
-//   LLMC_PDL=1     programmatic dependent launch of our own kernels (launch.cuh; sm_90+):
-//                  each may be scheduled while its predecessor finishes, and waits for it
-//                  (griddepcontrol.wait) before touching memory.
+//   LLMC_PDL       1 (the default; sm_90+) or 0: programmatic dependent launch of our own
+//                  kernels (launch.cuh): each may be scheduled while its predecessor finishes,
+//                  and waits for it (griddepcontrol.wait) before touching memory.
 // and the choice between kernel variants of one op: LLMC_LAYERNORM_BACKWARD_VARIANT (0-2, default
 // 2: the staged-rows kernel; every variant gives the same bits), LLMC_CLASSIFIER_VARIANT (0-1,
 // default 1: each row staged in shared memory between its passes; the same bits as 0)
@@ -64,8 +66,8 @@ struct Context {
     // yet fill the cache.
     mutable std::unique_ptr<ContextCache> matmul_cache;
     // Overlap within the step (see the top of this file).
-    unsigned branches = 0;  // kBranch* bits
-    bool pdl = false;
+    unsigned branches = kBranchAll;  // kBranch* bits
+    bool pdl = true;                 // off before sm_90 whatever is asked (context_set_overlap)
     int layernorm_backward_variant = 2;
     int classifier_variant = 1;
     // Hopper flash attention backward (LLMC_FLASH_FUSED_BACKWARD): 0 the dq and dk/dv kernels,

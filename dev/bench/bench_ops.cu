@@ -21,8 +21,8 @@
 //      accumulated output read and written once; scratch traffic and second passes are not
 //      counted, so the % column is the distance from the floor. Each row prints its formula.
 // Ops with kernel variants (layernorm_backward, fused_classifier, global_norm_squared) get a row
-// per variant. With LLMC_PDL=1 our kernels launch with programmatic dependent launch, as the
-// trainer would run them.
+// per variant. Our kernels launch with programmatic dependent launch (PDL) as the trainer runs
+// them by default (LLMC_PDL=0: without).
 // Rows under 80% of the copy bandwidth are flagged with '<80%'. loss_accumulate moves 256 KiB:
 // it is launch-bound by nature and is listed for completeness. Results: docs/results.md.
 #include <algorithm>

@@ -10,10 +10,11 @@
 #   scripts/bench/step_profile.sh [--ab] [--steps N] [-o DIR] [-e d12] [-t 1024] [-b "64 4"]
 #
 #   (default)  one run per B with the switches of the environment; both reports printed
-#   --ab       every step switch of llmc/context.cuh off, each alone, and all on, per B:
-#              base, LLMC_BRANCHES=gemms / reduces / zeroing / all, LLMC_PDL=1,
-#              LLMC_LAYERNORM_BACKWARD_VARIANT=1 and =2, LLMC_CLASSIFIER_VARIANT=1, all
-#              (everything on, layernorm backward variant 1);
+#   --ab       the defaults (base), then each step switch of llmc/context.cuh alone away from
+#              them, per B: no branches and PDL (LLMC_BRANCHES=0 LLMC_PDL=0), only one kind of
+#              branch (gemms / reduces / zeroing, PDL on), LLMC_PDL=0,
+#              LLMC_LAYERNORM_BACKWARD_VARIANT=0 and =1, LLMC_CLASSIFIER_VARIANT=0, none (every
+#              switch off, layernorm backward variant 0, classifier variant 0);
 #              the base reports are printed whole, the others as summary rows (their reports
 #              are in DIR)
 #   --steps N  steps timed untraced, then traced (default 10; 5 with --ab)
@@ -25,7 +26,7 @@
 # when the usual places lack it). Expected runtime on one H100 (estimated from the step times,
 # not yet measured): each run spends ~10 s creating the model and autotuning cuBLASLt's plans,
 # then 2 x (2 + N) steps (120 ms each at B=64, 9 ms at B=4); the first also times the peak GEMM
-# (~3 s). Default: ~35 s; --ab (18 runs): ~4 minutes. The script prints its elapsed time.
+# (~3 s). Default: ~35 s; --ab (20 runs): ~4 minutes. The script prints its elapsed time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -52,16 +53,15 @@ SWITCHES="LLMC_BRANCHES LLMC_PDL LLMC_LAYERNORM_BACKWARD_VARIANT LLMC_CLASSIFIER
 if [ "$ab" = 1 ]; then
     configs=(
         "base|-"
+        "no-overlap|LLMC_BRANCHES=0 LLMC_PDL=0"
         "branches-gemms|LLMC_BRANCHES=gemms"
         "branches-reduces|LLMC_BRANCHES=reduces"
         "branches-zeroing|LLMC_BRANCHES=zeroing"
-        "branches-all|LLMC_BRANCHES=all"
-        "pdl|LLMC_PDL=1"
+        "pdl-off|LLMC_PDL=0"
         "ln-bwd-variant0|LLMC_LAYERNORM_BACKWARD_VARIANT=0"
         "ln-bwd-variant1|LLMC_LAYERNORM_BACKWARD_VARIANT=1"
-        "ln-bwd-variant2|LLMC_LAYERNORM_BACKWARD_VARIANT=2"
-        "classifier-variant1|LLMC_CLASSIFIER_VARIANT=1"
-        "all|LLMC_BRANCHES=all LLMC_PDL=1 LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=1"
+        "classifier-variant0|LLMC_CLASSIFIER_VARIANT=0"
+        "none|LLMC_BRANCHES=0 LLMC_PDL=0 LLMC_LAYERNORM_BACKWARD_VARIANT=0 LLMC_CLASSIFIER_VARIANT=0"
     )
 else
     env_now=""
