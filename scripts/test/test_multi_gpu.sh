@@ -19,10 +19,15 @@
 #       split). Tolerance, from a baseline measured here: 1 GPU at B=8 with 2 micro-steps of
 #       gradient accumulation (-d 16384) computes the same mean gradient with one extra bf16
 #       rounding of the partial sums, which is what the multi-GPU reduction adds too (each rank's
-#       bf16 gradient, averaged in bf16). PASS when max |loss(N GPUs) - loss(1 GPU B=16)| <= 2 x
-#       that baseline's max difference + 0.01 (the project's 2x-of-a-same-precision-baseline
-#       rule), and the step-1 losses (same weights, same tokens; only the GEMM shapes differ)
-#       within 0.01.
+#       bf16 gradient, averaged in bf16). The statistic is the 90th percentile over the steps of
+#       |loss(N GPUs) - loss(1 GPU B=16)|, not the maximum: on these runs single steps spike
+#       (losses of 11-18 for one step; which step depends on the last bits of the sums, so a
+#       baseline meets its spike at another step than the run it is compared with, and the
+#       maximum then measured 10.97 and made a tolerance of 21.95 that no run could fail). PASS
+#       when that percentile <= 2 x the baseline's + 0.01 (the project's 2x-of-a-same-precision-
+#       baseline rule; measured on 2 x H200: baseline 0.022, tolerance 0.054, 2 GPUs 0.0038),
+#       and the step-1 losses (same weights, same tokens; only the GEMM shapes differ) within
+#       0.01. The maximum is printed beside it.
 #   (b) --zero 0 against --zero 1 on N GPUs: the same tolerance; device memory in use per GPU of
 #       each (the trainer's summary); PASS when zero 1 saves at least 95% of the optimizer state
 #       it shards (the memory plan's optimizer line: zero 0's minus zero 1's).
@@ -195,14 +200,17 @@ def vals(path):
     return [float(m.group(1)) for m in
             (re.match(r"val loss ([-+0-9.eEnaif]+)", l) for l in open(path, errors="replace")) if m]
 mode = sys.argv[1]
-if mode == "diff":  # diff A B FIRST LAST -> "maxdiff diff_at_first identical count"
+if mode == "diff":  # diff A B FIRST LAST -> "p90 diff_at_first identical count max" of |A - B|
     a, b = losses(sys.argv[2]), losses(sys.argv[3])
     lo, hi = int(sys.argv[4]), int(sys.argv[5])
     steps = [s for s in range(lo, hi + 1) if s in a and s in b]
     if len(steps) != hi - lo + 1:
-        print("nan nan 0 %d" % len(steps)); sys.exit(0)
+        print("nan nan 0 %d nan" % len(steps)); sys.exit(0)
     d = [abs(a[s] - b[s]) for s in steps]
-    print("%.6g %.6g %d %d" % (max(d), d[0], int(all(a[s] == b[s] for s in steps)), len(steps)))
+    p90 = sorted(d)[min(len(d) - 1, int(0.9 * len(d)))]  # NaN losses sort anywhere: see max
+    if any(x != x for x in d): p90 = float("nan")
+    print("%.6g %.6g %d %d %.6g" % (p90, d[0], int(all(a[s] == b[s] for s in steps)), len(steps),
+                                     max(d)))
 elif mode == "table":  # table NAME=LOG...: every step of every run, side by side
     cols = [(kv.split("=", 1)[0], losses(kv.split("=", 1)[1])) for kv in sys.argv[2:]]
     print("step " + " ".join("%12s" % n for n, _ in cols))
@@ -225,27 +233,27 @@ print('nan')"
 # --- (a) 1 GPU B=16 vs N GPUs at B=16/N, and the accumulation baseline ------------------------
 run one16 1 "${COMMON[@]}" -b 16
 run accum 1 "${COMMON[@]}" -b 8 -d 16384
-read -r base _ _ nb <<<"$(diffs "$W/accum.log" "$W/one16.log" 1 50)"
+read -r base _ _ nb basemax <<<"$(diffs "$W/accum.log" "$W/one16.log" 1 50)"
 tol=$(python3 -c "print('%.6g' % (2 * float('$base') + 0.01))")
-echo "baseline (1 GPU B=8 x 2 micro-steps vs B=16): max |diff| $base over $nb steps -> tolerance $tol"
+echo "baseline (1 GPU B=8 x 2 micro-steps vs B=16): p90 |diff| $base (max $basemax) over $nb steps -> tolerance $tol"
 for n in $COUNTS; do
     run "g${n}" "$n" "${COMMON[@]}" -b $((16 / n))
-    read -r dmax d1 _ cnt <<<"$(diffs "$W/g${n}.log" "$W/one16.log" 1 50)"
+    read -r dp90 d1 _ cnt dmax <<<"$(diffs "$W/g${n}.log" "$W/one16.log" 1 50)"
     name="a) $n GPUs B=$((16 / n)) = 1 GPU B=16"
-    if [ "$cnt" = 50 ] && le "$dmax" "$tol" && le "$d1" 0.01; then
-        verdict "$name" PASS "max |diff| $dmax (tol $tol), step 1 $d1"
+    if [ "$cnt" = 50 ] && le "$dp90" "$tol" && le "$d1" 0.01; then
+        verdict "$name" PASS "p90 |diff| $dp90 (tol $tol; max $dmax), step 1 $d1"
     else
-        verdict "$name" FAIL "max |diff| $dmax (tol $tol), step 1 $d1, $cnt of 50 steps"
+        verdict "$name" FAIL "p90 |diff| $dp90 (tol $tol; max $dmax), step 1 $d1, $cnt of 50 steps"
     fi
 done
 
 # --- (b) zero 0 vs zero 1 ---------------------------------------------------------------------
 run "g${NG}_zero0" "$NG" "${COMMON[@]}" -b "$NB" --zero 0
-read -r zmax _ zsame n <<<"$(diffs "$W/g${NG}_zero0.log" "$W/$MAIN.log" 1 50)"
-if [ "$n" = 50 ] && le "$zmax" "$tol"; then
-    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" PASS "max |diff| $zmax (tol $tol), bit-identical $zsame"
+read -r zp90 _ zsame n zmax <<<"$(diffs "$W/g${NG}_zero0.log" "$W/$MAIN.log" 1 50)"
+if [ "$n" = 50 ] && le "$zp90" "$tol"; then
+    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" PASS "p90 |diff| $zp90 (tol $tol; max $zmax), bit-identical $zsame"
 else
-    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" FAIL "max |diff| $zmax (tol $tol), $n of 50 steps"
+    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" FAIL "p90 |diff| $zp90 (tol $tol; max $zmax), $n of 50 steps"
 fi
 opt0=$(num "$W/g${NG}_zero0.log" 'optimizer ([0-9.]+)')
 opt1=$(num "$W/$MAIN.log" 'optimizer ([0-9.]+)')
@@ -265,18 +273,18 @@ fi
 if run ckpt_first "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --stop-after 20 &&
     cp -r "$W/ckpt_n" "$W/ckpt1"; then
     run resume_n "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --resume --stop-after 30
-    read -r r2max r2first r2same n2 <<<"$(diffs "$W/resume_n.log" "$W/$MAIN.log" 21 30)"
+    read -r _ r2first r2same n2 r2max <<<"$(diffs "$W/resume_n.log" "$W/$MAIN.log" 21 30)"
     if [ "$n2" = 10 ] && le "$r2max" 1e-6; then
         verdict "c) resume $NG -> $NG GPUs" PASS "steps 21-30 max |diff| $r2max, bit-identical $r2same"
     else
         verdict "c) resume $NG -> $NG GPUs" FAIL "steps 21-30 max |diff| $r2max (want <= 1e-6), step 21 $r2first, $n2 of 10 steps"
     fi
     run resume1 1 "${COMMON[@]}" -b 16 -o "$W/ckpt1" --resume --stop-after 30
-    read -r r1max r1first _ n1 <<<"$(diffs "$W/resume1.log" "$W/$MAIN.log" 21 30)"
-    if [ "$n1" = 10 ] && le "$r1max" "$tol" && le "$r1first" 0.01; then
-        verdict "c) resume $NG -> 1 GPU" PASS "steps 21-30 max |diff| $r1max (tol $tol), step 21 $r1first"
+    read -r r1p90 r1first _ n1 r1max <<<"$(diffs "$W/resume1.log" "$W/$MAIN.log" 21 30)"
+    if [ "$n1" = 10 ] && le "$r1p90" "$tol" && le "$r1first" 0.01; then
+        verdict "c) resume $NG -> 1 GPU" PASS "steps 21-30 p90 |diff| $r1p90 (tol $tol; max $r1max), step 21 $r1first"
     else
-        verdict "c) resume $NG -> 1 GPU" FAIL "steps 21-30 max |diff| $r1max (tol $tol), step 21 $r1first, $n1 of 10 steps"
+        verdict "c) resume $NG -> 1 GPU" FAIL "steps 21-30 p90 |diff| $r1p90 (tol $tol; max $r1max), step 21 $r1first, $n1 of 10 steps"
     fi
 else
     verdict "c) checkpoint on $NG GPUs" FAIL "the run to step 20 failed (see $W/ckpt_first.log)"
@@ -285,7 +293,7 @@ fi
 # --- (d) graphs off ---------------------------------------------------------------------------
 # (also the file bootstrap instead of TCP)
 run nograph "$NG" "${COMMON[@]}" -b "$NB" --graph 0 --stop-after 20 --init-file "$W/nccl_id"
-read -r gmax _ gsame n <<<"$(diffs "$W/nograph.log" "$W/$MAIN.log" 1 20)"
+read -r _ _ gsame n gmax <<<"$(diffs "$W/nograph.log" "$W/$MAIN.log" 1 20)"
 if [ "$n" = 20 ] && le "$gmax" 1e-6 && [ ! -e "$W/nccl_id" ]; then
     verdict "d) --graph 0 = --graph 1 ($NG GPUs)" PASS "max |diff| $gmax, bit-identical $gsame; --init-file bootstrap, file removed"
 else
