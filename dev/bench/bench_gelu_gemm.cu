@@ -14,16 +14,29 @@
 // Operands uniform random in [-1, 1) (never zeros). Each candidate of the heuristic (up to 16):
 // 3 warm-up launches, then the median of 15 timed launches (events); the table prints the
 // heuristic's first candidate and the fastest, with TFLOP/s = 2 m n k / time.
+//
+// Then a prototype of our own Hopper GEMM for the fc forward (sm_90a; not used by the trainer
+// yet): out = gelu(pre), pre = inp W^T + b, both bf16, checked against a float64 CPU reference
+// on 64 sampled rows and against cuBLASLt's GELU_AUX_BIAS everywhere (counted pass / fail), and
+// timed beside it (median of 20), also with the main loop alone. CTA tile 128 x 128, K step 64,
+// a 3-deep ring of A and W tiles loaded by TMA from one thread of a producer warp, two
+// warpgroups of 64 rows on wgmma m64n128k16 from shared memory with one group in flight, two
+// CTAs per SM (so one's epilogue runs beside the other's main loop); the epilogue adds the bias,
+// stages the bf16 pre tile in the ring's shared memory and writes pre and gelu(pre) in 16-byte
+// chunks. Needs M, N multiples of 128 and K of 64.
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "context.cuh"
 #include "precision.cuh"
+#include "sm90.cuh"
 #include "test/test_util.cuh"
 
 using namespace llmc;
@@ -167,6 +180,275 @@ void run_rows(const Context& ctx, int N) {
     for (const Product& p : bwd) time_product(ctx, p);
 }
 
+typedef __nv_bfloat16 bf16;
+constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 3, kThreads = 288;
+constexpr uint32_t kTileBytes = 128 * kBK * 2;  // one A or W stage: 128 rows x 64 bf16
+constexpr size_t kSmem = 2 * kStages * kTileBytes + 2 * kStages * 8 + 1024;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PROTO_SM90 1
+#endif
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    float t;
+    const float u = k * (x + 0.044715f * x * x * x);
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+    return 0.5f * x * (1.0f + t);
+}
+
+// MODE 0: the epilogue below; 1: pre only (no GELU output); 2: no stores unless a value is
+// exactly 12345 (the main loop alone, for timing).
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 2)
+    gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                     const __grid_constant__ CUtensorMap w_map, const bf16* __restrict__ bias,
+                     bf16* __restrict__ out, bf16* __restrict__ pre, int N, int K) {
+#ifdef PROTO_SM90
+    using namespace sm90;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    auto a_tile = [&](int s) { return base + s * kTileBytes; };
+    auto w_tile = [&](int s) { return base + (kStages + s) * kTileBytes; };
+    auto full = [&](int s) { return base + 2 * kStages * kTileBytes + 8 * s; };
+    auto empty = [&](int s) { return base + 2 * kStages * kTileBytes + 8 * (kStages + s); };
+    const int n0 = blockIdx.x * kBN, m0 = blockIdx.y * kBM, kblocks = K / kBK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), 8);  // one arrival per consumer warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x >= 256) {  // the producer warp: one thread issues every load
+        if (threadIdx.x == 256) {
+            prefetch_tensor_map(&a_map);
+            prefetch_tensor_map(&w_map);
+            for (int kb = 0; kb < kblocks; kb++) {
+                const int s = kb % kStages;
+                mbar_wait(empty(s), ((kb / kStages) & 1) ^ 1);
+                mbar_arrive_expect_tx(full(s), 2 * kTileBytes);
+                tma_load_4d(a_tile(s), &a_map, full(s), kb * kBK, 0, m0, 0);
+                tma_load_4d(w_tile(s), &w_map, full(s), kb * kBK, 0, n0, 0);
+            }
+        }
+        return;
+    }
+    const int cw = threadIdx.x / 128, wt = threadIdx.x % 128, lane = wt % 32;
+    float acc[64];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+    // One group of wgmmas in flight: block kb's stage is released once block kb + 1's is issued.
+    for (int kb = 0; kb < kblocks; kb++) {
+        const int s = kb % kStages;
+        mbar_wait_warp(full(s), (kb / kStages) & 1);
+        fence_operands(acc);
+        wgmma_fence();
+        gemm_ss_kmajor<128, 4>(acc, a_tile(s), kBM, 64 * cw, w_tile(s), kBN, kb > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (kb > 0 && lane == 0) mbar_arrive(empty((kb - 1) % kStages));
+    }
+    wgmma_wait<0>();
+    fence_operands(acc);
+    // Epilogue: accumulator element e of thread wt is row 16 (wt / 32) + 8 ((e / 2) % 2) +
+    // lane / 4 of this warpgroup's 64, column 8 (e / 4) + 2 (lane % 4) + e % 2. The bf16 pre
+    // tile goes through the ring's shared memory (free once both warpgroups are done: every
+    // load was consumed), rows kPitch bytes apart (16 bytes of padding: a warp's 4-byte writes
+    // hit 32 banks), then out in full 16-byte chunks, whole rows per 16 threads.
+    if (MODE == 2) {
+#pragma unroll
+        for (int e = 0; e < 64; e++)
+            if (acc[e] == 12345.0f) pre[e] = __float2bfloat16(acc[e]);
+        return;
+    }
+    constexpr int kPitch = kBN * 2 + 16;
+    unsigned char* const s_pre = smem_raw + (base - smem_u32(smem_raw));
+    named_barrier_sync(1, 256);  // both warpgroups' wgmmas have read the ring
+    const int row_base = 64 * cw + 16 * (wt / 32) + lane / 4;
+#pragma unroll
+    for (int e = 0; e < 64; e += 2) {
+        const int row = row_base + 8 * ((e / 2) % 2);
+        const int col = 8 * (e / 4) + 2 * (lane % 4);
+        const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(bias + n0 + col);
+        const float x = acc[e] + __bfloat162float(b2.x), y = acc[e + 1] + __bfloat162float(b2.y);
+        *reinterpret_cast<uint32_t*>(s_pre + row * kPitch + col * 2) = pack_bf16(x, y);
+    }
+    named_barrier_sync(1, 256);
+    // GELU of the rounded pre (as the trainer's recomputation takes it), 8 values a chunk.
+    const int t = threadIdx.x;
+#pragma unroll 4
+    for (int i = 0; i < kBM * kBN * 2 / 16 / 256; i++) {
+        const int idx = i * 256 + t, row = idx / 16, chunk = idx % 16;
+        const size_t at = (size_t)(m0 + row) * N + n0 + chunk * 8;
+        const uint4 v = *reinterpret_cast<const uint4*>(s_pre + row * kPitch + chunk * 16);
+        *reinterpret_cast<uint4*>(pre + at) = v;
+        if (MODE == 0) {
+            uint4 g;
+            const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
+            uint32_t* o = reinterpret_cast<uint32_t*>(&g);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
+                o[q] = pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
+            }
+            *reinterpret_cast<uint4*>(out + at) = g;
+        }
+    }
+#endif
+}
+
+template <int MODE>
+void launch_ours(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
+                 const bf16* bias, bf16* out, bf16* pre, int M, int N, int K) {
+    static bool set = false;
+    if (!set) {
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(
+            gelu_gemm_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+        set = true;
+    }
+    gelu_gemm_kernel<MODE><<<dim3(N / kBN, M / kBM), kThreads, kSmem, ctx.stream>>>(
+        a_map, w_map, bias, out, pre, N, K);
+    LLMC_CUDA_CHECK_LAST();
+}
+
+// cuBLASLt's GELU_AUX_BIAS, the trainer's call (matmul_forward's layout), the heuristic's first.
+struct Lt {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+Lt make_lt(const Context& ctx, const bf16* bias, bf16* pre, int M, int N, int K) {
+    Lt l;
+    LLMC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    LLMC_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+    LLMC_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    LLMC_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof(bias)));
+    LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof(pre)));
+    const int64_t ld = N;
+    LLMC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                     &ld, sizeof(ld)));
+    LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, K, N, K));
+    LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, K, M, K));
+    LLMC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.d, CUDA_R_16BF, N, M, N));
+    cublasLtMatmulPreference_t pref;
+    LLMC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    LLMC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx.lt_workspace_bytes,
+        sizeof(ctx.lt_workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    LLMC_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(ctx.lt, l.desc, l.a, l.b, l.d, l.d, pref, 1, &res, &found));
+    LLMC_CHECK(found == 1, "no cuBLASLt algorithm");
+    l.algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return l;
+}
+
+float median_ms(const Context& ctx, const std::function<void()>& f) {
+    cudaEvent_t e0, e1;
+    LLMC_CUDA_CHECK(cudaEventCreate(&e0));
+    LLMC_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int r = 0; r < 25; r++) {
+        LLMC_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+        f();
+        LLMC_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+        LLMC_CUDA_CHECK(cudaEventSynchronize(e1));
+        float t = 0.0f;
+        LLMC_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+        if (r >= 5) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+void run_ours(const Context& ctx, int M) {
+    const int K = 768, N = 3072;
+    std::vector<float> ha((size_t)M * K), hw((size_t)N * K), hb(N);
+    Rng rng(M);
+    fill_uniform(ha, rng, -1.0f, 1.0f);
+    fill_uniform(hw, rng, -0.1f, 0.1f);
+    fill_uniform(hb, rng, -0.5f, 0.5f);
+    for (auto* v : {&ha, &hw, &hb})  // the device holds bf16 in either build
+        for (float& x : *v) x = __bfloat162float(__float2bfloat16(x));
+    DeviceBuffer<bf16> a((size_t)M * K), w((size_t)N * K), bias(N);
+    DeviceBuffer<bf16> out((size_t)M * N), pre((size_t)M * N), lout((size_t)M * N),
+        lpre((size_t)M * N);
+    upload(a.get(), ha), upload(w.get(), hw), upload(bias.get(), hb);
+    poison(out.get(), (size_t)M * N), poison(pre.get(), (size_t)M * N);
+    const CUtensorMap a_map = make_row_tensor_map(a.get(), 1, M, 1, K, kBM);
+    const CUtensorMap w_map = make_row_tensor_map(w.get(), 1, N, 1, K, kBN);
+    auto ours = [&]() {
+        launch_ours<0>(ctx, a_map, w_map, bias.get(), out.get(), pre.get(), M, N, K);
+    };
+    auto ours_pre = [&]() {
+        launch_ours<1>(ctx, a_map, w_map, bias.get(), out.get(), pre.get(), M, N, K);
+    };
+    auto ours_loop = [&]() {
+        launch_ours<2>(ctx, a_map, w_map, bias.get(), out.get(), pre.get(), M, N, K);
+    };
+    Lt lt = make_lt(ctx, bias.get(), lpre.get(), M, N, K);
+    const float alpha = 1.0f, beta = 0.0f;
+    auto theirs = [&]() {
+        LLMC_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, lt.desc, &alpha, w.get(), lt.a, a.get(), lt.b,
+                                         &beta, lout.get(), lt.d, lout.get(), lt.d, &lt.algo,
+                                         ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
+    };
+    ours();
+    theirs();
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    const std::vector<float> got_pre = download(pre.get(), (size_t)M * N);
+    const std::vector<float> got_out = download(out.get(), (size_t)M * N);
+    const std::vector<float> lt_pre = download(lpre.get(), (size_t)M * N);
+    const std::vector<float> lt_out = download(lout.get(), (size_t)M * N);
+    // float64 reference on 64 sampled rows (every column), and cuBLASLt everywhere.
+    std::vector<float> ref_pre, ref_out, s_pre, s_out;
+    for (int i = 0; i < 64; i++) {
+        const int r = (int)((uint64_t)i * 2654435761u % (uint64_t)M);
+        for (int c = 0; c < N; c++) {
+            double acc = hb[c];
+            for (int k = 0; k < K; k++)
+                acc += (double)ha[(size_t)r * K + k] * hw[(size_t)c * K + k];
+            const double g =
+                0.5 * acc *
+                (1.0 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+            ref_pre.push_back((float)acc), ref_out.push_back((float)g);
+            s_pre.push_back(got_pre[(size_t)r * N + c]),
+                s_out.push_back(got_out[(size_t)r * N + c]);
+        }
+    }
+    // bf16 output: one rounding (2^-9 relative) plus the approximate tanh (~1e-3 absolute).
+    check_close("ours pre vs float64 (64 rows)", s_pre.data(), ref_pre.data(), s_pre.size(), 2e-3f,
+                8e-3f);
+    check_close("ours gelu vs float64 (64 rows)", s_out.data(), ref_out.data(), s_out.size(), 4e-3f,
+                8e-3f);
+    check_close("ours pre vs cuBLASLt (all)", got_pre.data(), lt_pre.data(), got_pre.size(), 2e-3f,
+                1.6e-2f);
+    check_close("ours gelu vs cuBLASLt (all)", got_out.data(), lt_out.data(), got_out.size(), 4e-3f,
+                1.6e-2f);
+    const double flops = 2.0 * M * N * K;
+    const float t_ours = median_ms(ctx, ours), t_lt = median_ms(ctx, theirs);
+    const float t_pre = median_ms(ctx, ours_pre), t_loop = median_ms(ctx, ours_loop);
+    std::printf("| %d | ours pre only %.1f us, main loop only %.1f us (%.0f TFLOP/s) |\n", M,
+                t_pre * 1e3, t_loop * 1e3, flops / t_loop / 1e9);
+    std::printf(
+        "| %d | ours %.1f us (%.0f TFLOP/s) | cuBLASLt GELU_AUX_BIAS %.1f us (%.0f TFLOP/s) | %.3f "
+        "|\n",
+        M, t_ours * 1e3, flops / t_ours / 1e9, t_lt * 1e3, flops / t_lt / 1e9, t_ours / t_lt);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,5 +469,11 @@ int main(int argc, char** argv) {
     std::printf("| product | rows | candidates | heuristic's first | fastest | index |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (int N : rows) run_rows(ctx, N);
-    return 0;
+    if (ctx.props.major != 9) {
+        std::printf("\nour prototype: SKIP (not a compute capability 9.0 device)\n");
+        return 0;
+    }
+    std::printf("\nour prototype (fc forward, bias + GELU):\n");
+    for (int N : rows) run_ours(ctx, N);
+    return test_summary("bench_gelu_gemm");
 }
