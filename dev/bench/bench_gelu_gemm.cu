@@ -15,15 +15,17 @@
 // 3 warm-up launches, then the median of 15 timed launches (events); the table prints the
 // heuristic's first candidate and the fastest, with TFLOP/s = 2 m n k / time.
 //
-// Then a prototype of our own Hopper GEMM for the fc forward (sm_90a; not used by the trainer
-// yet): out = gelu(pre), pre = inp W^T + b, both bf16, checked against a float64 CPU reference
-// on 64 sampled rows and against cuBLASLt's GELU_AUX_BIAS everywhere (counted pass / fail), and
-// timed beside it (median of 20), also with the main loop alone. CTA tile 128 x 128, K step 64,
-// a 3-deep ring of A and W tiles loaded by TMA from one thread of a producer warp, two
-// warpgroups of 64 rows on wgmma m64n128k16 from shared memory with one group in flight, two
-// CTAs per SM (so one's epilogue runs beside the other's main loop); the epilogue adds the bias,
-// stages the bf16 pre tile in the ring's shared memory and writes pre and gelu(pre) in 16-byte
-// chunks. Needs M, N multiples of 128 and K of 64.
+// Then two versions of a prototype of our own Hopper GEMM for the fc forward (sm_90a; not used
+// by the trainer yet): out = gelu(pre), pre = inp W^T + b, both bf16, each checked against a
+// float64 CPU reference on 64 sampled rows and against cuBLASLt's GELU_AUX_BIAS everywhere
+// (counted pass / fail), and timed beside it (median of 20). Both: 128 x 128 tiles, K step 64,
+// TMA loads into a ring from one producer thread, wgmma m64n128k16 from shared memory with one
+// group in flight; the epilogue adds the bias, stages the bf16 pre tile in shared memory and
+// writes pre and gelu(pre) in 16-byte chunks (GELU of the rounded pre, as the trainer's
+// recomputation takes it). Version 1: one tile per CTA, two warpgroups of 64 rows, a 3-deep
+// ring, two CTAs per SM (one's epilogue beside the other's main loop); also timed with its
+// main loop alone and with the pre output alone. Version 2 ("ping-pong"): below. Need M, N
+// multiples of 128 and K of 64.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -314,6 +316,144 @@ void launch_ours(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap
     LLMC_CUDA_CHECK_LAST();
 }
 
+// Version 2, "ping-pong": persistent CTAs (one per SM) of a producer warpgroup and two consumer
+// warpgroups, each consumer owning whole 128 x 128 tiles (two m64 accumulators, 128 registers),
+// taking this CTA's tiles in turn; their main loops run one after the other (named barriers), so
+// one's epilogue (through its own staging buffer) runs beside the other's main loop. The ring
+// holds the k-blocks of the CTA's tiles in order.
+constexpr int kPpStages = 4, kPpThreads = 384;
+constexpr int kPitch = kBN * 2 + 16;  // staging row: 16 bytes of padding
+constexpr uint32_t kStageBytes = kBM * kPitch;
+constexpr size_t kPpSmem = 2 * kPpStages * kTileBytes + 2 * kStageBytes + 2 * kPpStages * 8 + 1024;
+
+__global__ void __launch_bounds__(kPpThreads, 1)
+    gelu_gemm_pingpong_kernel(const __grid_constant__ CUtensorMap a_map,
+                              const __grid_constant__ CUtensorMap w_map,
+                              const bf16* __restrict__ bias, bf16* __restrict__ out,
+                              bf16* __restrict__ pre, int M, int N, int K) {
+#ifdef PROTO_SM90
+    using namespace sm90;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    auto a_tile = [&](int s) { return base + s * kTileBytes; };
+    auto w_tile = [&](int s) { return base + (kPpStages + s) * kTileBytes; };
+    const uint32_t stage_base = base + 2 * kPpStages * kTileBytes;
+    const uint32_t bars = stage_base + 2 * kStageBytes;
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (kPpStages + s); };
+    const int n_tiles = N / kBN, tiles = (M / kBM) * n_tiles, kblocks = K / kBK;
+    // This CTA's j-th tile: blockIdx.x + j * gridDim.x (the n tiles of one m tile adjacent).
+    const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kPpStages; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), 4);  // the four warps of the consumer that reads the stage
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            prefetch_tensor_map(&a_map);
+            prefetch_tensor_map(&w_map);
+            for (int j = 0; j < my_tiles; j++) {
+                const int t = blockIdx.x + j * gridDim.x;
+                const int m0 = (t / n_tiles) * kBM, n0 = (t % n_tiles) * kBN;
+                for (int kb = 0; kb < kblocks; kb++) {
+                    const int g = j * kblocks + kb, s = g % kPpStages;
+                    mbar_wait(empty(s), ((g / kPpStages) & 1) ^ 1);
+                    mbar_arrive_expect_tx(full(s), 2 * kTileBytes);
+                    tma_load_4d(a_tile(s), &a_map, full(s), kb * kBK, 0, m0, 0);
+                    tma_load_4d(w_tile(s), &w_map, full(s), kb * kBK, 0, n0, 0);
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<232>();
+    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128, lane = wt % 32;
+    // Barriers: 2 + c, "consumer c may start its main loop" (the other arrives, c syncs);
+    // 4 + c, consumer c's own 128 threads around its staging buffer.
+    unsigned char* const staging =
+        smem_raw + (stage_base - smem_u32(smem_raw)) + (size_t)cw * kStageBytes;
+    for (int j = cw; j < my_tiles; j += 2) {
+        const int t = blockIdx.x + j * gridDim.x;
+        const int m0 = (t / n_tiles) * kBM, n0 = (t % n_tiles) * kBN;
+        if (j > 0) named_barrier_sync(2 + cw, 256);  // the other's main loop of tile j - 1 done
+        float acc0[64], acc1[64];                    // rows 0-63 and 64-127 of the tile
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc0[e] = acc1[e] = 0.0f;
+        for (int kb = 0; kb < kblocks; kb++) {
+            const int g = j * kblocks + kb, s = g % kPpStages;
+            mbar_wait_warp(full(s), (g / kPpStages) & 1);
+            fence_operands(acc0);
+            fence_operands(acc1);
+            wgmma_fence();
+            gemm_ss_kmajor<128, 4>(acc0, a_tile(s), kBM, 0, w_tile(s), kBN, kb > 0);
+            gemm_ss_kmajor<128, 4>(acc1, a_tile(s), kBM, 64, w_tile(s), kBN, kb > 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (kb > 0 && lane == 0) mbar_arrive(empty((g - 1) % kPpStages));
+        }
+        wgmma_wait<0>();
+        fence_operands(acc0);
+        fence_operands(acc1);
+        if (lane == 0) mbar_arrive(empty((j * kblocks + kblocks - 1) % kPpStages));
+        if (j + 1 < my_tiles) named_barrier_arrive(2 + (1 - cw), 256);  // the other may start
+        // Epilogue into this consumer's staging buffer, then out in 16-byte chunks.
+        named_barrier_sync(4 + cw, 128);  // the last tile's read-out is done
+        const int row_base = 16 * (wt / 32) + lane / 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float* acc = h == 0 ? acc0 : acc1;
+#pragma unroll
+            for (int e = 0; e < 64; e += 2) {
+                const int row = 64 * h + row_base + 8 * ((e / 2) % 2);
+                const int col = 8 * (e / 4) + 2 * (lane % 4);
+                const __nv_bfloat162 b2 = *reinterpret_cast<const __nv_bfloat162*>(bias + n0 + col);
+                const float x = acc[e] + __bfloat162float(b2.x);
+                const float y = acc[e + 1] + __bfloat162float(b2.y);
+                *reinterpret_cast<uint32_t*>(staging + row * kPitch + col * 2) = pack_bf16(x, y);
+            }
+        }
+        named_barrier_sync(4 + cw, 128);
+#pragma unroll 4
+        for (int i = 0; i < kBM * kBN * 2 / 16 / 128; i++) {
+            const int idx = i * 128 + wt, row = idx / 16, chunk = idx % 16;
+            const size_t at = (size_t)(m0 + row) * N + n0 + chunk * 8;
+            const uint4 v = *reinterpret_cast<const uint4*>(staging + row * kPitch + chunk * 16);
+            *reinterpret_cast<uint4*>(pre + at) = v;
+            uint4 gv;
+            const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
+            uint32_t* o = reinterpret_cast<uint32_t*>(&gv);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float2 f =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
+                o[q] = pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
+            }
+            *reinterpret_cast<uint4*>(out + at) = gv;
+        }
+    }
+#endif
+}
+
+void launch_pingpong(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
+                     const bf16* bias, bf16* out, bf16* pre, int M, int N, int K) {
+    static bool set = false;
+    if (!set) {
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(
+            gelu_gemm_pingpong_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kPpSmem));
+        set = true;
+    }
+    const int tiles = (M / kBM) * (N / kBN);
+    const int grid = std::min(tiles, ctx_num_sms(ctx));
+    gelu_gemm_pingpong_kernel<<<grid, kPpThreads, kPpSmem, ctx.stream>>>(a_map, w_map, bias, out,
+                                                                         pre, M, N, K);
+    LLMC_CUDA_CHECK_LAST();
+}
+
 // cuBLASLt's GELU_AUX_BIAS, the trainer's call (matmul_forward's layout), the heuristic's first.
 struct Lt {
     cublasLtMatmulDesc_t desc;
@@ -406,40 +546,54 @@ void run_ours(const Context& ctx, int M) {
                                          &beta, lout.get(), lt.d, lout.get(), lt.d, &lt.algo,
                                          ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.stream));
     };
-    ours();
+    auto ours_pp = [&]() {
+        launch_pingpong(ctx, a_map, w_map, bias.get(), out.get(), pre.get(), M, N, K);
+    };
     theirs();
     LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    const std::vector<float> got_pre = download(pre.get(), (size_t)M * N);
-    const std::vector<float> got_out = download(out.get(), (size_t)M * N);
     const std::vector<float> lt_pre = download(lpre.get(), (size_t)M * N);
     const std::vector<float> lt_out = download(lout.get(), (size_t)M * N);
-    // float64 reference on 64 sampled rows (every column), and cuBLASLt everywhere.
-    std::vector<float> ref_pre, ref_out, s_pre, s_out;
-    for (int i = 0; i < 64; i++) {
-        const int r = (int)((uint64_t)i * 2654435761u % (uint64_t)M);
-        for (int c = 0; c < N; c++) {
-            double acc = hb[c];
-            for (int k = 0; k < K; k++)
-                acc += (double)ha[(size_t)r * K + k] * hw[(size_t)c * K + k];
-            const double g =
-                0.5 * acc *
-                (1.0 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
-            ref_pre.push_back((float)acc), ref_out.push_back((float)g);
-            s_pre.push_back(got_pre[(size_t)r * N + c]),
-                s_out.push_back(got_out[(size_t)r * N + c]);
+    for (int version = 1; version <= 2; version++) {
+        poison(out.get(), (size_t)M * N), poison(pre.get(), (size_t)M * N);
+        if (version == 1)
+            ours();
+        else
+            ours_pp();
+        LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+        std::printf("  version %d:\n", version);
+        const std::vector<float> got_pre = download(pre.get(), (size_t)M * N);
+        const std::vector<float> got_out = download(out.get(), (size_t)M * N);
+        // float64 reference on 64 sampled rows (every column), and cuBLASLt everywhere.
+        std::vector<float> ref_pre, ref_out, s_pre, s_out;
+        for (int i = 0; i < 64; i++) {
+            const int r = (int)((uint64_t)i * 2654435761u % (uint64_t)M);
+            for (int c = 0; c < N; c++) {
+                double acc = hb[c];
+                for (int k = 0; k < K; k++)
+                    acc += (double)ha[(size_t)r * K + k] * hw[(size_t)c * K + k];
+                const double g =
+                    0.5 * acc *
+                    (1.0 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+                ref_pre.push_back((float)acc), ref_out.push_back((float)g);
+                s_pre.push_back(got_pre[(size_t)r * N + c]),
+                    s_out.push_back(got_out[(size_t)r * N + c]);
+            }
         }
+        // bf16 output: one rounding (2^-9 relative) plus the approximate tanh (~1e-3 absolute).
+        check_close("ours pre vs float64 (64 rows)", s_pre.data(), ref_pre.data(), s_pre.size(),
+                    2e-3f, 8e-3f);
+        check_close("ours gelu vs float64 (64 rows)", s_out.data(), ref_out.data(), s_out.size(),
+                    4e-3f, 8e-3f);
+        check_close("ours pre vs cuBLASLt (all)", got_pre.data(), lt_pre.data(), got_pre.size(),
+                    2e-3f, 1.6e-2f);
+        check_close("ours gelu vs cuBLASLt (all)", got_out.data(), lt_out.data(), got_out.size(),
+                    4e-3f, 1.6e-2f);
     }
-    // bf16 output: one rounding (2^-9 relative) plus the approximate tanh (~1e-3 absolute).
-    check_close("ours pre vs float64 (64 rows)", s_pre.data(), ref_pre.data(), s_pre.size(), 2e-3f,
-                8e-3f);
-    check_close("ours gelu vs float64 (64 rows)", s_out.data(), ref_out.data(), s_out.size(), 4e-3f,
-                8e-3f);
-    check_close("ours pre vs cuBLASLt (all)", got_pre.data(), lt_pre.data(), got_pre.size(), 2e-3f,
-                1.6e-2f);
-    check_close("ours gelu vs cuBLASLt (all)", got_out.data(), lt_out.data(), got_out.size(), 4e-3f,
-                1.6e-2f);
     const double flops = 2.0 * M * N * K;
     const float t_ours = median_ms(ctx, ours), t_lt = median_ms(ctx, theirs);
+    const float t_pp = median_ms(ctx, ours_pp);
+    std::printf("| %d | ours, version 2 (ping-pong) %.1f us (%.0f TFLOP/s) | %.3f of cuBLASLt |\n",
+                M, t_pp * 1e3, flops / t_pp / 1e9, t_pp / t_lt);
     const float t_pre = median_ms(ctx, ours_pre), t_loop = median_ms(ctx, ours_loop);
     std::printf("| %d | ours pre only %.1f us, main loop only %.1f us (%.0f TFLOP/s) |\n", M,
                 t_pre * 1e3, t_loop * 1e3, flops / t_loop / 1e9);
