@@ -191,6 +191,7 @@ constexpr size_t kSmem = 2 * kStages * kTileBytes + 2 * kStages * 8 + 1024;
 #define PROTO_SM90 1
 #endif
 
+#ifdef PROTO_SM90
 __device__ __forceinline__ float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;  // sqrt(2 / pi)
     float t;
@@ -198,6 +199,23 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
     return 0.5f * x * (1.0f + t);
 }
+
+// One 16-byte chunk of the pre tile (8 bf16 values) to global memory, and (with_gelu) its GELU.
+__device__ __forceinline__ void write_chunk(bf16* pre, bf16* out, size_t at, uint4 v,
+                                            bool with_gelu) {
+    *reinterpret_cast<uint4*>(pre + at) = v;
+    if (!with_gelu) return;
+    uint4 g;
+    const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
+    uint32_t* o = reinterpret_cast<uint32_t*>(&g);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
+        o[q] = sm90::pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
+    }
+    *reinterpret_cast<uint4*>(out + at) = g;
+}
+#endif
 
 // MODE 0: the epilogue below; 1: pre only (no GELU output); 2: no stores unless a value is
 // exactly 12345 (the main loop alone, for timing).
@@ -284,20 +302,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < kBM * kBN * 2 / 16 / 256; i++) {
         const int idx = i * 256 + t, row = idx / 16, chunk = idx % 16;
         const size_t at = (size_t)(m0 + row) * N + n0 + chunk * 8;
-        const uint4 v = *reinterpret_cast<const uint4*>(s_pre + row * kPitch + chunk * 16);
-        *reinterpret_cast<uint4*>(pre + at) = v;
-        if (MODE == 0) {
-            uint4 g;
-            const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
-            uint32_t* o = reinterpret_cast<uint32_t*>(&g);
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const float2 f =
-                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
-                o[q] = pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
-            }
-            *reinterpret_cast<uint4*>(out + at) = g;
-        }
+        write_chunk(pre, out, at,
+                    *reinterpret_cast<const uint4*>(s_pre + row * kPitch + chunk * 16), MODE == 0);
     }
 #endif
 }
@@ -422,18 +428,8 @@ __global__ void __launch_bounds__(kPpThreads, 1)
         for (int i = 0; i < kBM * kBN * 2 / 16 / 128; i++) {
             const int idx = i * 128 + wt, row = idx / 16, chunk = idx % 16;
             const size_t at = (size_t)(m0 + row) * N + n0 + chunk * 8;
-            const uint4 v = *reinterpret_cast<const uint4*>(staging + row * kPitch + chunk * 16);
-            *reinterpret_cast<uint4*>(pre + at) = v;
-            uint4 gv;
-            const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
-            uint32_t* o = reinterpret_cast<uint32_t*>(&gv);
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const float2 f =
-                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
-                o[q] = pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
-            }
-            *reinterpret_cast<uint4*>(out + at) = gv;
+            write_chunk(pre, out, at,
+                        *reinterpret_cast<const uint4*>(staging + row * kPitch + chunk * 16), true);
         }
     }
 #endif
