@@ -7,8 +7,8 @@
 //
 // It also carries the switches of work that may overlap within the training step, all on by
 // default (context_init reads them from the environment; context_set_overlap sets them): at d12
-// they take 3% off a B=4 step (the GPU's idle time between kernels) and cost a second stream and
-// a second cuBLASLt workspace (docs/perf-log.md, "Step switches").
+// they take 1-3% off a B=4 step (the GPU's idle time between kernels) and cost a second stream
+// and a second cuBLASLt workspace (docs/perf-log.md, "Step switches").
 //   LLMC_BRANCHES  comma list of gemms, reduces, zeroing, or all (the default), or 0: that work
 //                  runs on ctx.branch_stream, forked from ctx.stream and joined back with events
 //                  (branch_fork / branch_mark / branch_wait / branch_join), which a CUDA graph
