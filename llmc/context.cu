@@ -117,6 +117,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 1);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
     ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
+    ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 2, 1);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -141,7 +142,10 @@ std::string context_overlap_summary(const Context& ctx) {
            (ctx.flash_fused_backward == 0   ? "split"
             : ctx.flash_fused_backward == 1 ? "fused on large grids"
                                             : "fused") +
-           " | global norm variant " + std::to_string(ctx.global_norm_variant);
+           " | global norm variant " + std::to_string(ctx.global_norm_variant) + " | gelu gemm " +
+           (ctx.gelu_gemm == 0   ? "cublaslt"
+            : ctx.gelu_gemm == 1 ? "ours (forward on small)"
+                                 : "ours");
 }
 
 bool context_switches_default(const Context& ctx) {
@@ -152,7 +156,8 @@ bool context_switches_default(const Context& ctx) {
            ctx.layernorm_backward_variant == defaults.layernorm_backward_variant &&
            ctx.classifier_variant == defaults.classifier_variant &&
            ctx.flash_fused_backward == defaults.flash_fused_backward &&
-           ctx.global_norm_variant == defaults.global_norm_variant;
+           ctx.global_norm_variant == defaults.global_norm_variant &&
+           ctx.gelu_gemm == defaults.gelu_gemm;
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

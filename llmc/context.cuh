@@ -23,7 +23,10 @@
 // (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the Hopper attention
 // backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one kernel wherever
 // the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several loads in flight per
-// thread; 0: one; the same bits) (global_norm.cu).
+// thread; 0: one; the same bits) (global_norm.cu), and LLMC_GELU_GEMM (0-2, default 1: on sm_90
+// the fc products around GELU run on our own kernels, the forward on small products only; 2:
+// both everywhere; 0: cuBLASLt's GELU epilogues. Not the same bits: GELU from the rounded pre,
+// the fc bias gradient summed in another order) (matmul_sm90.cuh).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -77,6 +80,11 @@ struct Context {
     // Pass 1 of the global norm (LLMC_GLOBAL_NORM_VARIANT): 0 one pack per thread per trip, 1
     // several (global_norm.cu); the same bits.
     int global_norm_variant = 1;
+    // The fc products around GELU (LLMC_GELU_GEMM, matmul_sm90.cuh): 0 cuBLASLt with its GELU
+    // epilogues, 1 our own Hopper kernels where they apply (the forward on small products
+    // only), 2 ours wherever they apply. Other bits than 0: GELU from the rounded pre, the fc
+    // bias gradient summed in the DGELU product's epilogue.
+    int gelu_gemm = 1;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

@@ -15,12 +15,6 @@ namespace llmc {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float cube = 0.044715f * x * x * x;
-    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
-}
 
 // One pack of kVec elements per thread per iteration, grid-stride over the packs.
 template <int kVec>

@@ -13,6 +13,7 @@
 #include "gpt2.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "matmul_sm90.cuh"
 #include "nvtx.h"
 
 namespace llmc {
@@ -97,6 +98,8 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->dqkv = a->take<floatX>(N * 3 * C, "backward scratch");
     acts->dfch = a->take<floatX>(N * 4 * C, "backward scratch");
     acts->dbias_scratch = a->take<float>(matmul_bias_scratch_floats(4 * C), "backward scratch");
+    acts->dgelu_bias_scratch =
+        a->take<float>(dgelu_bias_partial_floats((int)N, 4 * C), "backward scratch");
     acts->recompute_mean = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->recompute_rstd = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->att_scratch =
@@ -114,19 +117,26 @@ void point_tensors(floatX* base, const ParamLayout& layout, floatX** out) {
 
 // A linear layer's backward (matmul.cuh), split: with the weight gradient on the branch it is
 // enqueued first, so that it runs beside the input gradient, and its mark is returned; otherwise
-// matmul_backward runs both on ctx.stream (input gradient first) and the mark is null.
+// the input gradient and then the weight gradient run on ctx.stream and the mark is null.
+// With pre_gelu, gelu_dbias and gelu_done: *gelu_done tells whether the input gradient also
+// added the GELU layer's bias gradient to gelu_dbias (matmul_backward_input).
 cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, floatX* dinp,
                             floatX* dweight, floatX* dbias, float* dbias_scratch,
                             const floatX* dout, const floatX* inp, const floatX* weight, int N,
-                            int IC, int OC, const floatX* pre_gelu = nullptr) {
-    if (!weight_on_branch) {
-        matmul_backward(ctx, dinp, dweight, dbias, dbias_scratch, dout, inp, weight, N, IC, OC,
-                        pre_gelu);
-        return nullptr;
+                            int IC, int OC, const floatX* pre_gelu = nullptr,
+                            floatX* gelu_dbias = nullptr, float* gelu_dbias_scratch = nullptr,
+                            bool* gelu_done = nullptr) {
+    cudaEvent_t done = nullptr;
+    if (weight_on_branch) {
+        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true);
+        done = branch_mark(ctx);
     }
-    matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true);
-    cudaEvent_t done = branch_mark(ctx);
-    matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu);
+    const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu,
+                                             gelu_dbias, gelu_dbias_scratch);
+    if (gelu_done != nullptr) *gelu_done = fused;
+    if (!weight_on_branch) {
+        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC);
+    }
     return done;
 }
 
@@ -355,18 +365,22 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
         // fcproj weight gradient below reads.
         if (recompute >= 1) gelu_forward(ctx, a.fch_gelu.at(l), a.fch.at(l), (size_t)N * 4 * C);
         // MLP: dresidual is dL/d(residual3), the gradient of the fcproj output too.
+        // The fc bias gradient comes from the DGELU product where our kernel runs it.
+        bool fc_bias_done = false;
         cudaEvent_t fcproj_weight_done = linear_backward(
             ctx, gemms_on_branch, a.dfch, g[kFcprojw] + at(kFcprojw, l),
             /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
-            a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C, a.fch.at(l));
+            a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C, a.fch.at(l),
+            g[kFcb] + at(kFcb, l), a.dgelu_bias_scratch, &fc_bias_done);
         if (recompute >= 2) {
             branch_wait(ctx, qkv_weight_done);  // it read ln1, which shares ln2's buffer
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
-        cudaEvent_t fc_weight_done = linear_backward(
-            ctx, gemms_on_branch, a.dln, g[kFcw] + at(kFcw, l), g[kFcb] + at(kFcb, l),
-            a.dbias_scratch, a.dfch, a.ln2.at(l), p[kFcw] + at(kFcw, l), N, C, 4 * C);
+        cudaEvent_t fc_weight_done =
+            linear_backward(ctx, gemms_on_branch, a.dln, g[kFcw] + at(kFcw, l),
+                            fc_bias_done ? nullptr : g[kFcb] + at(kFcb, l), a.dbias_scratch, a.dfch,
+                            a.ln2.at(l), p[kFcw] + at(kFcw, l), N, C, 4 * C);
         branch_wait(ctx, gemms_on_branch ? fcproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean.at(l),

@@ -81,14 +81,15 @@ struct GPT2Activations {
     float* losses;                // (N)
     floatX* proj_out;             // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
-    floatX* dresidual;      // (N, C)
-    floatX* dln;            // (N, C)     holds dlnf from the forward until gpt2_backward reads it
-    floatX* datty;          // (N, C)
-    floatX* dqkv;           // (N, 3C)
-    floatX* dfch;           // (N, 4C)
-    float* dbias_scratch;   // matmul_bias_scratch_floats(4C)
-    float* recompute_mean;  // (N)  statistics of a recomputed layernorm (recompute == 2)
-    float* recompute_rstd;  // (N)
+    floatX* dresidual;     // (N, C)
+    floatX* dln;           // (N, C)     holds dlnf from the forward until gpt2_backward reads it
+    floatX* datty;         // (N, C)
+    floatX* dqkv;          // (N, 3C)
+    floatX* dfch;          // (N, 4C)
+    float* dbias_scratch;  // matmul_bias_scratch_floats(4C)
+    float* dgelu_bias_scratch;  // dgelu_bias_partial_floats(N, 4C): fc bias gradient partials
+    float* recompute_mean;      // (N)  statistics of a recomputed layernorm (recompute == 2)
+    float* recompute_rstd;      // (N)
     void* att_scratch;
     void* enc_scratch;
     void* ln_scratch;

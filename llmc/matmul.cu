@@ -20,6 +20,7 @@
 #include "device_utils.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
+#include "matmul_sm90.cuh"
 #include "util.h"
 
 namespace llmc {
@@ -553,6 +554,11 @@ void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, con
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu) {
     LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_forward: bad shape N=%d IC=%d OC=%d", N, IC, OC);
+    if (pre_gelu != nullptr && bias != nullptr &&
+        gelu_gemm_forward_chosen(ctx, N, IC, OC, {out, pre_gelu, inp, weight, bias})) {
+        gelu_gemm_forward(ctx, out, pre_gelu, inp, weight, bias, N, IC, OC);
+        return;
+    }
     LtCall c{};
     c.m = OC, c.n = N, c.k = IC;
     c.transa = true, c.transb = false;
@@ -572,10 +578,19 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
     lt_matmul(ctx, c);
 }
 
-void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
-                           const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu) {
+bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
+                           const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu,
+                           floatX* gelu_dbias, float* gelu_dbias_scratch) {
     LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_backward_input: bad shape N=%d IC=%d OC=%d", N,
                IC, OC);
+    LLMC_CHECK(gelu_dbias == nullptr || (pre_gelu != nullptr && gelu_dbias_scratch != nullptr),
+               "matmul_backward_input: gelu_dbias needs pre_gelu and gelu_dbias_scratch");
+    if (pre_gelu != nullptr && gelu_dbias != nullptr &&
+        gelu_gemm_applies(ctx, N, IC, OC, {dinp, dout, weight, pre_gelu, gelu_dbias_scratch})) {
+        dgelu_gemm_backward(ctx, dinp, gelu_dbias_scratch, dout, weight, pre_gelu, N, IC, OC);
+        dgelu_bias_reduce(ctx, ctx.stream, gelu_dbias, gelu_dbias_scratch, N, IC);
+        return true;
+    }
     // dinp^T (IC x N) = W^T (col-major view of W, IC x OC) * dout^T (OC x N)
     LtCall d{};
     d.m = IC, d.n = N, d.k = OC;
@@ -590,6 +605,7 @@ void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
         d.ldaux = IC;
     }
     lt_matmul(ctx, d);
+    return false;
 }
 
 void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,

@@ -5,7 +5,8 @@
 //   matmul_forward : out (N, OC) = inp (N, IC) @ weight^T + bias
 //                    with pre_gelu != null: pre_gelu = inp @ weight^T + bias and
 //                    out = gelu_tanh(pre_gelu), both from one cuBLASLt call (GELU_AUX_BIAS
-//                    epilogue).
+//                    epilogue), or on sm_90 with a bias from our own kernel (matmul_sm90.cuh,
+//                    ctx.gelu_gemm), which takes the GELU from the rounded pre_gelu.
 //   matmul_backward: dinp (N, IC) = dout @ weight              (OVERWRITES dinp)
 //                    with pre_gelu != null: dinp = (dout @ weight) * gelu'(pre_gelu) (DGELU
 //                    epilogue; pre_gelu is (N, IC), the input of the GELU whose output was this
@@ -50,9 +51,14 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
 // first forks the branch stream (branch_fork) and runs there with the branch's workspace; the
 // caller waits for it (branch_mark / branch_wait) before overwriting dout or inp, or reading
 // dweight, dbias or dbias_scratch.
-void matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
+// With pre_gelu and gelu_dbias, where our own DGELU kernel applies (matmul_sm90.cuh), it also
+// adds the column sums of dinp to gelu_dbias (the bias gradient of the layer whose output went
+// through the GELU) through gelu_dbias_scratch (dgelu_bias_partial_floats(N, IC) floats) and
+// returns true; otherwise it leaves gelu_dbias alone and returns false.
+bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
                            const floatX* weight, int N, int IC, int OC,
-                           const floatX* pre_gelu = nullptr);
+                           const floatX* pre_gelu = nullptr, floatX* gelu_dbias = nullptr,
+                           float* gelu_dbias_scratch = nullptr);
 void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
                             float* dbias_scratch, const floatX* dout, const floatX* inp, int N,
                             int IC, int OC, bool on_branch = false);

@@ -11,7 +11,7 @@ namespace llmc {
 namespace {
 
 constexpr const char* kFamilyNames[kNumFamilies] = {
-    "GEMM (cuBLASLt)",
+    "GEMM (cuBLASLt, ours)",
     "flash forward",
     "flash backward (dq, dkdv, bias reduce)",
     "layernorm forward (+ residual)",

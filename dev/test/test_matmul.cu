@@ -14,18 +14,26 @@
 // (C a multiple of 16 in bf16 for flash attention, of 4 in fp32) but not of 8 or 16 beyond
 // that, and for the bias-free products (the lm-head's, cuBLASLt's only constraint being the
 // element size) every dimension odd: N=33 IC=13 OC=1003, N=5 IC=7 OC=9.
-// Each linear case also runs matmul_backward (both halves in one call), the weight half on the
-// branch stream (kBranchGemms), and the whole backward again: all bitwise the same as the split
-// run, since the plan and the order of every sum are the same.
-// The fp32 build runs everything twice: TF32 off (the bounds below), then TF32 on in a second
-// Context (its own plans) with the bounds widened for TF32's rounding of the inputs.
-// Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
+// On sm_90 (bf16) the GELU products run on our own kernels where they apply (matmul_sm90.cuh:
+// output width a multiple of 128, reduction width of 64; N free): the fc forward (its GELU taken
+// from the rounded pre_gelu, checked bitwise against gelu_forward of the pre_gelu it wrote) and
+// the DGELU product, which also adds the GELU layer's bias gradient (gelu_dbias, the column sums
+// of the dinp it wrote, checked against those sums in double). Cases "GPT-2 fc", "GPT-2 fcproj",
+// "GELU and DGELU without bias" (DGELU only) and the "GELU GEMM" ones reach them; the test says
+// which ran. Each linear case also runs matmul_backward (both halves in one call), the weight half
+// on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as the
+// split run, since the plan and the order of every sum are the same. The fp32 build runs everything
+// twice: TF32 off (the bounds below), then TF32 on in a second Context (its own plans) with the
+// bounds widened for TF32's rounding of the inputs. Without a GPU it exits 77 with "SKIP <reason>"
+// (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "context.cuh"
+#include "gelu.cuh"
 #include "matmul.cuh"
+#include "matmul_sm90.cuh"
 #include "ref/cpu_ops.h"
 #include "test_util.cuh"
 
@@ -106,7 +114,7 @@ struct LinearCase {
 
 // The inputs of one case, rounded to floatX (the CPU sees what the GPU holds).
 struct LinearData {
-    std::vector<float> inp, w, bias, dout, pre_in, dw0, dbias0;
+    std::vector<float> inp, w, bias, dout, pre_in, dw0, dbias0, gelu_dbias0;
 };
 
 LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
@@ -119,6 +127,7 @@ LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
     d.pre_in.resize((size_t)c.N * c.IC);
     d.dw0.resize(d.w.size());
     d.dbias0.resize(c.OC);
+    d.gelu_dbias0.resize(c.IC);
     fill_uniform(d.inp, rng, -1.0f, 1.0f);
     // Weights of GPT-2's size (1/sqrt(IC)), so the GELU input spreads over its curved part.
     const float wscale = 1.7f / std::sqrt((float)c.IC);
@@ -128,14 +137,16 @@ LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
     fill_normal(d.pre_in, rng, 0.0f, 1.5f);
     fill_uniform(d.dw0, rng, -1.0f, 1.0f);
     fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
-    for (std::vector<float>* v : {&d.inp, &d.w, &d.bias, &d.dout, &d.pre_in, &d.dw0, &d.dbias0})
+    fill_uniform(d.gelu_dbias0, rng, -1.0f, 1.0f);
+    for (std::vector<float>* v :
+         {&d.inp, &d.w, &d.bias, &d.dout, &d.pre_in, &d.dw0, &d.dbias0, &d.gelu_dbias0})
         round_to_floatx(*v);
     return d;
 }
 
 struct LinearDevice {
-    DeviceBuffer<floatX> inp, w, bias, dout, pre_in, out, pre, dinp, dw, dbias;
-    DeviceBuffer<float> scratch;
+    DeviceBuffer<floatX> inp, w, bias, dout, pre_in, out, pre, dinp, dw, dbias, gelu_dbias;
+    DeviceBuffer<float> scratch, gelu_scratch;
     explicit LinearDevice(const LinearCase& c)
         : inp((size_t)c.N * c.IC),
           w((size_t)c.OC * c.IC),
@@ -147,7 +158,9 @@ struct LinearDevice {
           dinp((size_t)c.N * c.IC),
           dw((size_t)c.OC * c.IC),
           dbias(c.OC),
-          scratch(matmul_bias_scratch_floats(c.OC)) {}
+          gelu_dbias(c.IC),
+          scratch(matmul_bias_scratch_floats(c.OC)),
+          gelu_scratch(dgelu_bias_partial_floats(c.N, c.IC)) {}
     floatX* dout_ptr(const LinearCase& c) const { return dout.get() + (c.misaligned ? 1 : 0); }
 };
 
@@ -206,30 +219,53 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
                   tf32);
         return;
     }
-    check_sum("forward", c.bias ? "pre_gelu (GELU_AUX_BIAS)" : "pre_gelu (GELU_AUX)",
+    const bool ours = c.bias && gelu_gemm_forward_chosen(ctx, c.N, c.IC, c.OC,
+                                                         {g->out.get(), g->pre.get(), g->inp.get(),
+                                                          g->w.get(), g->bias.get()});
+    check_sum("forward",
+              !c.bias ? "pre_gelu (GELU_AUX)"
+              : ours  ? "pre_gelu (our sm90 kernel)"
+                      : "pre_gelu (GELU_AUX_BIAS)",
               download(g->pre.get(), NO), r.pre, r.pre_scale, c.IC, tf32);
     std::vector<double> bound(NO);
     for (size_t i = 0; i < NO; i++) {
         bound[i] = kGeluSlope * accum_bound(r.pre_scale[i], c.IC, tf32) +
                    (rel_bound(tf32) + kGeluRel) * std::fabs((double)r.out[i]) +
                    0.5 * kGeluTanhAbs * std::fabs((double)r.pre[i]);
+        // Our kernel takes the GELU of the rounded pre_gelu: its rounding (half a bf16 ulp,
+        // 2^-9 |pre|) carried through |gelu'| <= kGeluSlope.
+        if (ours) bound[i] += kGeluSlope * 0.5 * kBf16RoundingRel * std::fabs((double)r.pre[i]);
     }
-    check_within("forward gelu out", out, r.out, bound);
+    check_within(ours ? "forward gelu out (our sm90 kernel)" : "forward gelu out", out, r.out,
+                 bound);
+    if (ours) {  // the same bits as the elementwise pass on the pre_gelu it wrote
+        DeviceBuffer<floatX> again(NO);
+        gelu_forward(ctx, again.get(), g->pre.get(), NO);
+        check_bitwise_equal("forward gelu out (our sm90 kernel) = gelu_forward(pre_gelu)",
+                            download_bytes(again.get(), NO * sizeof(floatX)),
+                            download_bytes(g->out.get(), NO * sizeof(floatX)));
+    }
 }
 
 // The backward's two halves apart: dinp (overwritten) and dw, dbias (accumulated onto random
 // values). Returns the bytes of dinp, dw and dbias for the bitwise comparisons.
+// With c.dgelu, gelu_dbias (onto random values) goes to matmul_backward_input too; *fused says
+// whether our DGELU kernel added to it (matmul_backward only runs cuBLASLt's DGELU epilogue).
 std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c, LinearDevice* g,
-                                        const LinearData& d, int how) {
+                                        const LinearData& d, int how, bool* fused = nullptr) {
     const size_t NI = (size_t)c.N * c.IC;
     poison(g->dinp.get(), NI);
     poison(g->scratch.get(), g->scratch.size());
     upload(g->dw.get(), d.dw0);
     upload(g->dbias.get(), d.dbias0);
+    upload(g->gelu_dbias.get(), d.gelu_dbias0);
     floatX* dbias = c.bias ? g->dbias.get() : nullptr;
     const floatX* pre = c.dgelu ? g->pre_in.get() : nullptr;
+    floatX* gelu_dbias = c.dgelu ? g->gelu_dbias.get() : nullptr;
+    bool did = false;
     if (how == 0) {  // the halves apart, on ctx.stream
-        matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC, pre);
+        did = matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC,
+                                    pre, gelu_dbias, g->gelu_scratch.get());
         matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
                                g->inp.get(), c.N, c.IC, c.OC);
     } else if (how == 1) {  // matmul_backward: both in one call
@@ -238,13 +274,17 @@ std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c,
     } else {  // the weight half on the branch stream, joined before reading
         matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
                                g->inp.get(), c.N, c.IC, c.OC, /*on_branch=*/true);
-        matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC, pre);
+        did = matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC,
+                                    pre, gelu_dbias, g->gelu_scratch.get());
         branch_join(ctx);
     }
+    if (fused != nullptr) *fused = did;
     std::vector<unsigned char> bytes = download_bytes(g->dinp.get(), NI * sizeof(floatX));
     for (const std::vector<unsigned char>& more :
          {download_bytes(g->dw.get(), g->dw.size() * sizeof(floatX)),
-          download_bytes(g->dbias.get(), c.OC * sizeof(floatX))}) {
+          download_bytes(g->dbias.get(), c.OC * sizeof(floatX)),
+          did ? download_bytes(g->gelu_dbias.get(), c.IC * sizeof(floatX))
+              : std::vector<unsigned char>()}) {
         bytes.insert(bytes.end(), more.begin(), more.end());
     }
     return bytes;
@@ -252,11 +292,32 @@ std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c,
 
 void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const LinearData& d,
                    const LinearRef& r, bool tf32) {
-    const std::vector<unsigned char> first = run_backward(*ctx, c, g, d, 0);
-    const char* dinp_name = c.dgelu ? "dinp (DGELU)" : "dinp (DEFAULT)";
+    bool fused = false;
+    const std::vector<unsigned char> first = run_backward(*ctx, c, g, d, 0, &fused);
+    const char* dinp_name = !c.dgelu ? "dinp (DEFAULT)"
+                            : fused  ? "dinp (our sm90 DGELU kernel)"
+                                     : "dinp (DGELU)";
     // DGELU scales the sum by gelu'(pre_in), |gelu'| <= kGeluSlope, evaluated in fp32.
-    check_sum("backward", dinp_name, download(g->dinp.get(), g->dinp.size()), r.dinp, r.dinp_scale,
-              c.OC, tf32, c.dgelu ? kGeluSlope : 1.0, c.dgelu ? kGeluRel : 0.0);
+    const std::vector<float> dinp = download(g->dinp.get(), g->dinp.size());
+    check_sum("backward", dinp_name, dinp, r.dinp, r.dinp_scale, c.OC, tf32,
+              c.dgelu ? kGeluSlope : 1.0, c.dgelu ? kGeluRel : 0.0);
+    if (fused) {
+        // gelu_dbias += the column sums of the dinp written (fp32 sums of the rounded values,
+        // in a fixed order), then rounded to floatX with the old value.
+        std::vector<float> ref(c.IC);
+        std::vector<double> bound(c.IC);
+        for (int j = 0; j < c.IC; j++) {
+            double sum = 0.0, mag = 0.0;
+            for (int i = 0; i < c.N; i++) {
+                sum += dinp[(size_t)i * c.IC + j];
+                mag += std::fabs(dinp[(size_t)i * c.IC + j]);
+            }
+            ref[j] = (float)(d.gelu_dbias0[j] + sum);
+            bound[j] = accum_bound(mag, c.N, false) + rel_bound(false) * std::fabs(ref[j]);
+        }
+        check_within("backward gelu_dbias += (our sm90 DGELU kernel's column sums)",
+                     download(g->gelu_dbias.get(), c.IC), ref, bound);
+    }
     // dweight += : cuBLASLt may round the product to floatX before it adds the old values (a bf16
     // run on an H100 erred by 5 bf16 ulps of a small result, 0.012, where an old value and the
     // product of opposite sign cancelled), so the product's own rounding is allowed besides the
@@ -291,8 +352,10 @@ void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const Lin
             download(g->dbias.get(), c.OC), db_ref, bound);
     }
     char name[96];
-    std::snprintf(name, sizeof(name), "backward %s: matmul_backward = halves", c.name);
-    check_bitwise_equal(name, run_backward(*ctx, c, g, d, 1), first);
+    if (!fused) {  // matmul_backward passes no gelu_dbias: its bytes match only without it
+        std::snprintf(name, sizeof(name), "backward %s: matmul_backward = halves", c.name);
+        check_bitwise_equal(name, run_backward(*ctx, c, g, d, 1), first);
+    }
     const unsigned branches = ctx->branches;
     const bool pdl = ctx->pdl;
     context_set_overlap(ctx, branches | kBranchGemms, pdl);
@@ -304,10 +367,12 @@ void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const Lin
     if (c.bias && !c.misaligned) {  // the column sums alone: the same kernels, the same bits
         upload(g->dbias.get(), d.dbias0);
         matmul_bias_backward(*ctx, g->dbias.get(), g->scratch.get(), g->dout_ptr(c), c.N, c.OC);
-        const size_t at = first.size() - c.OC * sizeof(floatX);
+        // dbias's bytes in `first`: before gelu_dbias's where the DGELU kernel wrote those.
+        const size_t end = first.size() - (fused ? c.IC * sizeof(floatX) : 0);
+        const size_t at = end - c.OC * sizeof(floatX);
         std::snprintf(name, sizeof(name), "matmul_bias_backward %s", c.name);
         check_bitwise_equal(name, download_bytes(g->dbias.get(), c.OC * sizeof(floatX)),
-                            std::vector<unsigned char>(first.begin() + at, first.end()));
+                            std::vector<unsigned char>(first.begin() + at, first.begin() + end));
     }
 }
 
@@ -405,6 +470,9 @@ void run_all(Context* ctx, bool tf32) {
         {"bias gradient through BGRADB", 45, 2 * U, 3 * U, true, false, false, true},
         {"all odd, no bias", 33, 13, 1003, false, false, false, false},
         {"tiny odd, no bias", 5, 7, 9, false, false, false, false},
+        {"GELU GEMM, N not a multiple of 128", 333, 256, 384, true, true, true, false},
+        {"GELU GEMM, GPT-2 1.5B fc", 130, 1600, 6400, true, true, false, false},
+        {"GELU GEMM, GPT-2 1.5B fcproj", 130, 6400, 1600, true, false, true, false},
     };
     uint64_t seed = 1000;
     for (const LinearCase& c : linear) test_linear(ctx, c, seed++, tf32);

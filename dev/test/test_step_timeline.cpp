@@ -201,7 +201,7 @@ void test_report() {
     const std::vector<char> bytes = read_bytes(path);
     const std::string text(bytes.begin(), bytes.end());
     // Median wall 0.125 ms (step 2): GEMM 81 us mean = 64.80%, idle 125 - 91 = 34 us.
-    check(text.find("| GEMM (cuBLASLt) | 1.0 | 0.081 | 64.80 |") != std::string::npos,
+    check(text.find("| GEMM (cuBLASLt, ours) | 1.0 | 0.081 | 64.80 |") != std::string::npos,
           "report: the GEMM family row (mean per step, share of the median wall)");
     check(text.find("| idle (wall - busy) | | 0.034 | 27.20 |") != std::string::npos,
           "report: the idle row");

@@ -123,11 +123,13 @@ for i in "${!SHAPES[@]}"; do
 done
 # Every step switch of llmc/context.cuh away from its default (graph branches, PDL, the other
 # kernel variants): the same checks, and the gradients bitwise those of the switches' other
-# setting (test_gpt2cu's last check).
+# setting (test_gpt2cu's last check). LLMC_GELU_GEMM=0 (cuBLASLt's GELU epilogues instead of
+# our sm_90 kernels; other bits, which the reference checks bound) rides along: test_gpt2cu
+# does not flip it.
 for g in 1 0; do
     run "test_gpt2cu_small_graph${g}_switches" env LLMC_BRANCHES=0 LLMC_PDL=0 \
         LLMC_LAYERNORM_BACKWARD_VARIANT=1 LLMC_CLASSIFIER_VARIANT=0 LLMC_GLOBAL_NORM_VARIANT=0 \
-        LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu \
+        LLMC_FLASH_FUSED_BACKWARD=2 LLMC_GELU_GEMM=0 ./test_gpt2cu \
         --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
 done
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.

@@ -1,0 +1,382 @@
+// matmul_sm90.cu: the GELU GEMMs of matmul_sm90.cuh on wgmma with TMA loads (building blocks in
+// sm90.cuh; written from the PTX ISA and the CUDA programming guide).
+//
+// One kernel, two modes. A CTA (one per SM, persistent) takes output tiles of kTile x kTile
+// from a global counter (tile t: m tile t / n_tiles, n tile t % n_tiles, so the CTAs in flight
+// share the weight through L2) until they run out: a CTA that starts late, behind a kernel on
+// the graph branch that holds some SMs, takes fewer tiles instead of finishing last. The
+// counter resets itself (the last CTA to run out zeroes it), one per mode: a mode's launches
+// run one at a time (ctx.stream). Which CTA computes a tile changes nothing in its bits. Its
+// 384 threads:
+//   producer warpgroup (one issuing thread, 40 registers): takes the tiles (the next one's
+//     index fetched while this one's loads go out) and hands their indices to the consumers
+//     through a ring of kIdSlots shared slots (an mbarrier each); for each tile, the
+//     k-blocks of 64 of the A operand (128 rows of inp or dout, K-major) and of the weight tile
+//     (forward: 128 rows of weight, K-major; backward: 64 k-rows x 128 columns of weight,
+//     MN-major, the wgmma transpose bit set) into a ring of kStages stages, each with a "full"
+//     mbarrier (TMA bytes) and an "empty" one (the four warps of the consumer reading it);
+//     backward, after a tile's k-blocks, that tile's 128 x 128 block of pre into its consumer's
+//     staging buffer (its own full / free pair), so that it is there when the epilogue starts.
+//   two consumer warpgroups (232 registers), consumer c taking the CTA's tiles c, c + 2, ...:
+//     the main loop (two m64n128k16 accumulators, rows 0-63 and 64-127 of the tile, 128
+//     registers), the two consumers' main loops one after the other (named barriers 2 + c), so
+//     one's epilogue runs beside the other's main loop. Epilogue through the consumer's staging
+//     buffer (32 KiB, the 128-byte swizzled layout of sm90.cuh: conflict-free both in the
+//     accumulator layout and in 16-byte row chunks):
+//       forward: pre = acc + bias rounded to bf16 into the buffer; then by 16-byte chunks, pre
+//         and gelu_tanh(pre) to global memory.
+//       backward: dinp = acc * gelu_tanh_grad(pre) rounded to bf16, in place over pre in the
+//         buffer; then by 16-byte chunks to global memory, each thread summing its chunk's 8
+//         columns over its 16 rows; those sums are added across the warpgroup in a fixed order
+//         into the tile's row of bias_partial.
+#include <algorithm>
+#include <cstdint>
+
+#include "gelu.cuh"
+#include "launch.cuh"
+#include "matmul_sm90.cuh"
+#include "sm90.cuh"
+#include "util.h"
+
+namespace llmc {
+
+// The tile counters (and the count of CTAs that ran out), one pair per mode; zero at load.
+// Outside the anonymous namespace: builds without the sm_90a kernel never reference them.
+__device__ int g_gelu_gemm_tile_next[2], g_gelu_gemm_tile_done[2];
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr int kTile = 128, kBK = 64, kStages = 4, kThreads = 384;
+constexpr uint32_t kOperandBytes = kTile * kBK * 2;    // one A or weight stage (16 KiB)
+constexpr uint32_t kStagingBytes = kTile * kTile * 2;  // a 128 x 128 bf16 tile (32 KiB)
+constexpr int kConsumerWarps = 4;
+// Tile-index slots: the producer writes tile j's while it still holds stage loads of tile j - 1
+// back, i.e. after tile j - 6's loads were consumed (4 stages, at least one k-block a tile), so
+// the consumer of tile j - 8 has long read its slot.
+constexpr int kIdSlots = 8;
+constexpr uint32_t kColSumBytes = kConsumerWarps * kTile * 4;
+constexpr size_t kSmem = 2 * kStages * kOperandBytes + 2 * kStagingBytes + 2 * kColSumBytes +
+                         (2 * kStages + 4 + kIdSlots) * 8 + kIdSlots * 4 + 1024;
+
+#ifdef LLMC_SM90A_DEVICE
+// gelu_tanh of the 8 bf16 values of a chunk.
+__device__ __forceinline__ uint4 gelu_chunk(uint4 v) {
+    uint4 g;
+    const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
+    uint32_t* o = reinterpret_cast<uint32_t*>(&g);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
+        o[q] = sm90::pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
+    }
+    return g;
+}
+#endif
+
+template <bool BACKWARD>
+__global__ void __launch_bounds__(kThreads, 1)
+    gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
+                     const __grid_constant__ CUtensorMap w_map,
+                     const __grid_constant__ CUtensorMap pre_map, const bf16* __restrict__ bias,
+                     bf16* __restrict__ out, bf16* __restrict__ pre,
+                     float* __restrict__ bias_partial, int M, int N, int K) {
+#ifdef LLMC_SM90A_DEVICE
+    using namespace sm90;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    auto a_tile = [&](int s) { return base + s * kOperandBytes; };
+    auto w_tile = [&](int s) { return base + (kStages + s) * kOperandBytes; };
+    const uint32_t staging0 = base + 2 * kStages * kOperandBytes;
+    const uint32_t colsum0 = staging0 + 2 * kStagingBytes;
+    const uint32_t bars = colsum0 + 2 * kColSumBytes;
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+    auto pre_full = [&](int c) { return bars + 8 * (2 * kStages + c); };
+    auto pre_free = [&](int c) { return bars + 8 * (2 * kStages + 2 + c); };
+    auto id_full = [&](int j) { return bars + 8 * (2 * kStages + 4 + j % kIdSlots); };
+    volatile int* const ids =
+        reinterpret_cast<volatile int*>(smem_raw + (bars - raw) + 8 * (2 * kStages + 4 + kIdSlots));
+    const int n_tiles = N / kTile, tiles = ((M + kTile - 1) / kTile) * n_tiles;
+    const int kblocks = K / kBK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), kConsumerWarps);
+        }
+        for (int c = 0; c < 2; c++) {
+            mbar_init(pre_full(c), 1);
+            mbar_init(pre_free(c), 1);
+        }
+        for (int j = 0; j < kIdSlots; j++) mbar_init(id_full(j), 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    // Launched without PDL (launch()); the wait only matters if that changes. No early trigger
+    // of the next kernel either: its CTAs could not share an SM with ours anyway.
+    pdl_wait();
+    if (threadIdx.x < 128) {
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) {
+            prefetch_tensor_map(&a_map);
+            prefetch_tensor_map(&w_map);
+            if (BACKWARD) prefetch_tensor_map(&pre_map);
+            int next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
+            for (int j = 0;; j++) {
+                const int t = next;
+                ids[j % kIdSlots] = t;
+                mbar_arrive(id_full(j));  // release: the slot's write is seen after the wait
+                if (t >= tiles) {         // ran out: the other consumer's end too, then the reset
+                    ids[(j + 1) % kIdSlots] = t;
+                    mbar_arrive(id_full(j + 1));
+                    if (atomicAdd(&g_gelu_gemm_tile_done[BACKWARD], 1) == (int)gridDim.x - 1) {
+                        g_gelu_gemm_tile_next[BACKWARD] = 0;  // every CTA has taken its last index
+                        g_gelu_gemm_tile_done[BACKWARD] = 0;
+                    }
+                    break;
+                }
+                next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
+                const int m0 = (t / n_tiles) * kTile, n0 = (t % n_tiles) * kTile;
+                for (int kb = 0; kb < kblocks; kb++) {
+                    const int g = j * kblocks + kb, s = g % kStages;
+                    mbar_wait(empty(s), ((g / kStages) & 1) ^ 1);
+                    mbar_arrive_expect_tx(full(s), 2 * kOperandBytes);
+                    tma_load_4d(a_tile(s), &a_map, full(s), kb * kBK, 0, m0, 0);
+                    if (BACKWARD) {  // two 64-column blocks of k-rows [kb * 64, kb * 64 + 64)
+                        tma_load_4d(w_tile(s), &w_map, full(s), n0, 0, kb * kBK, 0);
+                        tma_load_4d(w_tile(s) + kBK * kRowBytes, &w_map, full(s), n0 + 64, 0,
+                                    kb * kBK, 0);
+                    } else {
+                        tma_load_4d(w_tile(s), &w_map, full(s), kb * kBK, 0, n0, 0);
+                    }
+                }
+                if (BACKWARD) {  // this tile's pre, into consumer (j % 2)'s staging buffer
+                    const int c = j % 2, use = j / 2;
+                    mbar_wait(pre_free(c), (use & 1) ^ 1);
+                    mbar_arrive_expect_tx(pre_full(c), kStagingBytes);
+                    const uint32_t dst = staging0 + c * kStagingBytes;
+                    tma_load_4d(dst, &pre_map, pre_full(c), n0, 0, m0, 0);
+                    tma_load_4d(dst + kTile * kRowBytes, &pre_map, pre_full(c), n0 + 64, 0, m0, 0);
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<232>();
+    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128, lane = wt % 32, warp = wt / 32;
+    const uint32_t staging = staging0 + cw * kStagingBytes;
+    unsigned char* const staging_ptr = smem_raw + (staging - raw);
+    float* const colsum = reinterpret_cast<float*>(smem_raw + (colsum0 - raw)) + cw * 4 * kTile;
+    for (int j = cw;; j += 2) {
+        mbar_wait(id_full(j), (j / kIdSlots) & 1);
+        const int t = ids[j % kIdSlots];
+        if (t >= tiles) break;
+        const int m0 = (t / n_tiles) * kTile, n0 = (t % n_tiles) * kTile;
+        if (j > 0) named_barrier_sync(2 + cw, 256);  // the other's main loop of tile j - 1 done
+        float acc0[64], acc1[64];
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc0[e] = acc1[e] = 0.0f;
+        for (int kb = 0; kb < kblocks; kb++) {
+            const int g = j * kblocks + kb, s = g % kStages;
+            mbar_wait_warp(full(s), (g / kStages) & 1);
+            fence_operands(acc0);
+            fence_operands(acc1);
+            wgmma_fence();
+            if (BACKWARD) {
+#pragma unroll
+                for (int ks = 0; ks < kBK / 16; ks++) {
+                    const uint64_t b = mnmajor_desc(w_tile(s), kBK, ks);
+                    wgmma_ss<128, 0, 1>(acc0, kmajor_desc(a_tile(s), kTile, 0, ks), b,
+                                        kb > 0 || ks > 0);
+                    wgmma_ss<128, 0, 1>(acc1, kmajor_desc(a_tile(s), kTile, 64, ks), b,
+                                        kb > 0 || ks > 0);
+                }
+            } else {
+                gemm_ss_kmajor<128, kBK / 16>(acc0, a_tile(s), kTile, 0, w_tile(s), kTile, kb > 0);
+                gemm_ss_kmajor<128, kBK / 16>(acc1, a_tile(s), kTile, 64, w_tile(s), kTile, kb > 0);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (kb > 0 && lane == 0) mbar_arrive(empty((g - 1) % kStages));
+        }
+        wgmma_wait<0>();
+        fence_operands(acc0);
+        fence_operands(acc1);
+        if (lane == 0) mbar_arrive(empty((j * kblocks + kblocks - 1) % kStages));
+        // The other consumer may start its main loop of tile j + 1, if there is one.
+        mbar_wait(id_full(j + 1), ((j + 1) / kIdSlots) & 1);
+        if (ids[(j + 1) % kIdSlots] < tiles) named_barrier_arrive(2 + (1 - cw), 256);
+        // Accumulator pass: element e of accumulator h is (row, col) of the tile as below.
+        if (BACKWARD) {
+            mbar_wait(pre_full(cw), (j / 2) & 1);
+        } else {
+            named_barrier_sync(4 + cw, 128);  // the previous tile's chunk pass is done
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float* acc = h == 0 ? acc0 : acc1;
+#pragma unroll
+            for (int e = 0; e < 64; e += 2) {
+                const int row = 64 * h + frag_row(wt, e), col = frag_col(wt, e);
+                uint32_t* at =
+                    reinterpret_cast<uint32_t*>(staging_ptr + swizzled_offset(kTile, row, col));
+                float x, y;
+                if (BACKWARD) {
+                    const float2 p = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(at));
+                    x = acc[e] * gelu_tanh_grad(p.x), y = acc[e + 1] * gelu_tanh_grad(p.y);
+                } else {
+                    const float2 b = __bfloat1622float2(
+                        *reinterpret_cast<const __nv_bfloat162*>(bias + n0 + col));
+                    x = acc[e] + b.x, y = acc[e + 1] + b.y;
+                }
+                *at = pack_bf16(x, y);
+            }
+        }
+        named_barrier_sync(4 + cw, 128);  // the whole tile is in the buffer
+        // Chunk pass: thread wt takes chunk wt % 16 (columns 8 (wt % 16) ..) of rows
+        // 8 i + wt / 16; a warp's 8 consecutive threads read one row's 128 bytes.
+        const int chunk = wt % 16;
+        float sums[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) sums[k] = 0.0f;
+#pragma unroll 4
+        for (int i = 0; i < kTile / 8; i++) {
+            const int row = 8 * i + wt / 16;
+            const uint4 v = *reinterpret_cast<const uint4*>(staging_ptr +
+                                                            swizzled_offset(kTile, row, 8 * chunk));
+            if (m0 + row >= M) continue;
+            const size_t at = (size_t)(m0 + row) * N + n0 + 8 * chunk;
+            if (BACKWARD) {
+                *reinterpret_cast<uint4*>(out + at) = v;
+                const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float2 f =
+                        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[q]));
+                    sums[2 * q] += f.x, sums[2 * q + 1] += f.y;
+                }
+            } else {
+                *reinterpret_cast<uint4*>(pre + at) = v;
+                *reinterpret_cast<uint4*>(out + at) = gelu_chunk(v);
+            }
+        }
+        if (BACKWARD) {
+            // Lane l and l + 16 hold the same columns (rows of wt / 16 even and odd): add, then
+            // the four warps' sums in warp order.
+#pragma unroll
+            for (int k = 0; k < 8; k++) sums[k] += __shfl_xor_sync(0xffffffffu, sums[k], 16);
+            if (lane < 16) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) colsum[warp * kTile + 8 * chunk + k] = sums[k];
+            }
+            named_barrier_sync(4 + cw, 128);  // buffer read, column sums written
+            if (wt == 0) mbar_arrive(pre_free(cw));
+            float total = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kConsumerWarps; w++) total += colsum[w * kTile + wt];
+            bias_partial[(size_t)(m0 / kTile) * N + n0 + wt] = total;
+        }
+    }
+#endif
+}
+
+__global__ void dgelu_bias_reduce_kernel(floatX* __restrict__ dbias,
+                                         const float* __restrict__ partial, int rows, int cols) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float total = 0.0f;
+    for (int r = 0; r < rows; r++) total += partial[(size_t)r * cols + c];
+    dbias[c] = from_float<floatX>(to_float(dbias[c]) + total);
+}
+
+#if defined(ENABLE_BF16)
+// Whether this binary holds the sm_90a image of the kernel (not in builds for other GPUs).
+bool image_has_kernel() {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gelu_gemm_kernel<true>) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return attr.binaryVersion == 90;
+}
+#endif
+
+template <bool BACKWARD>
+void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
+            const CUtensorMap& pre_map, const floatX* bias, floatX* out, floatX* pre,
+            float* bias_partial, int M, int N, int K) {
+    static const bool set = [] {
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(
+            gelu_gemm_kernel<BACKWARD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+        return true;
+    }();
+    (void)set;
+    const int tiles = ((M + kTile - 1) / kTile) * (N / kTile);
+    const int grid = std::min(tiles, ctx_num_sms(ctx));
+    // Never a PDL launch (whatever ctx.pdl says): launched early behind its predecessor it ran
+    // 10% slower at d12 B=64 (bench_gelu_gemm, H100: 659 against 600 us for the fc forward).
+    gelu_gemm_kernel<BACKWARD><<<grid, kThreads, kSmem, ctx.stream>>>(
+        a_map, w_map, pre_map, reinterpret_cast<const bf16*>(bias), reinterpret_cast<bf16*>(out),
+        reinterpret_cast<bf16*>(pre), bias_partial, M, N, K);
+    LLMC_CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
+                       std::initializer_list<const void*> pointers) {
+#if defined(ENABLE_BF16)
+    if (ctx.gelu_gemm == 0 || ctx.props.major != 9 || ctx.props.minor != 0) return false;
+    if (N <= 0 || out_cols % kTile != 0 || reduce_cols % kBK != 0 || reduce_cols <= 0) return false;
+    for (const void* p : pointers) {
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    }
+    static const bool image = image_has_kernel();
+    return image;
+#else
+    (void)ctx, (void)N, (void)out_cols, (void)reduce_cols, (void)pointers;
+    return false;  // the kernels are bf16's
+#endif
+}
+
+bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
+                              std::initializer_list<const void*> pointers) {
+    if (!gelu_gemm_applies(ctx, N, OC, IC, pointers)) return false;
+    const long long tiles = (long long)((N + kTile - 1) / kTile) * (OC / kTile);
+    return ctx.gelu_gemm == 2 || tiles <= kGeluGemmForwardMaxTiles;
+}
+
+void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int IC, int OC) {
+    LLMC_CHECK(gelu_gemm_applies(ctx, N, OC, IC, {out, pre, inp, weight, bias}),
+               "gelu_gemm_forward: not for this device, build or shape (N=%d IC=%d OC=%d)", N, IC,
+               OC);
+    const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
+    const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
+    launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
+}
+
+size_t dgelu_bias_partial_floats(int N, int IC) { return (size_t)((N + kTile - 1) / kTile) * IC; }
+
+void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, const floatX* dout,
+                         const floatX* weight, const floatX* pre, int N, int IC, int OC) {
+    LLMC_CHECK(gelu_gemm_applies(ctx, N, IC, OC, {dinp, bias_partial, dout, weight, pre}),
+               "dgelu_gemm_backward: not for this device, build or shape (N=%d IC=%d OC=%d)", N, IC,
+               OC);
+    const CUtensorMap a_map = make_row_tensor_map(dout, 1, N, 1, OC, kTile);
+    const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
+    const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, IC, kTile);
+    launch<true>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC, OC);
+}
+
+void dgelu_bias_reduce(const Context& ctx, cudaStream_t stream, floatX* dbias,
+                       const float* bias_partial, int N, int IC) {
+    launch_kernel(ctx, stream, dgelu_bias_reduce_kernel, (IC + 255) / 256, 256, 0, dbias,
+                  bias_partial, (N + kTile - 1) / kTile, IC);
+}
+
+}  // namespace llmc
