@@ -144,7 +144,7 @@ std::string context_overlap_summary(const Context& ctx) {
                                             : "fused") +
            " | global norm variant " + std::to_string(ctx.global_norm_variant) + " | gelu gemm " +
            (ctx.gelu_gemm == 0   ? "cublaslt"
-            : ctx.gelu_gemm == 1 ? "ours (forward on small)"
+            : ctx.gelu_gemm == 1 ? "ours for dgelu"
                                  : "ours");
 }
 

@@ -24,9 +24,10 @@
 // backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one kernel wherever
 // the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several loads in flight per
 // thread; 0: one; the same bits) (global_norm.cu), and LLMC_GELU_GEMM (0-2, default 1: on sm_90
-// the fc products around GELU run on our own kernels, the forward on small products only; 2:
-// both everywhere; 0: cuBLASLt's GELU epilogues. Not the same bits: GELU from the rounded pre,
-// the fc bias gradient summed in another order) (matmul_sm90.cuh).
+// the fc bias + DGELU backward product runs on our own kernel, which also sums the fc bias
+// gradient; 2: our fc forward (bias + GELU) too; 0: cuBLASLt's GELU epilogues for both. Not the
+// same bits: the bias gradient summed in another order, GELU from the rounded pre)
+// (matmul_sm90.cuh).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -81,9 +82,8 @@ struct Context {
     // several (global_norm.cu); the same bits.
     int global_norm_variant = 1;
     // The fc products around GELU (LLMC_GELU_GEMM, matmul_sm90.cuh): 0 cuBLASLt with its GELU
-    // epilogues, 1 our own Hopper kernels where they apply (the forward on small products
-    // only), 2 ours wherever they apply. Other bits than 0: GELU from the rounded pre, the fc
-    // bias gradient summed in the DGELU product's epilogue.
+    // epilogues, 1 our own Hopper kernel for the DGELU product (with the fc bias gradient in
+    // its epilogue) where it applies, 2 our forward kernel too.
     int gelu_gemm = 1;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must

@@ -345,9 +345,7 @@ bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
 
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
                               std::initializer_list<const void*> pointers) {
-    if (!gelu_gemm_applies(ctx, N, OC, IC, pointers)) return false;
-    const long long tiles = (long long)((N + kTile - 1) / kTile) * (OC / kTile);
-    return ctx.gelu_gemm == 2 || tiles <= kGeluGemmForwardMaxTiles;
+    return ctx.gelu_gemm == 2 && gelu_gemm_applies(ctx, N, OC, IC, pointers);
 }
 
 void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,

@@ -25,12 +25,11 @@
 namespace llmc {
 
 // Context::gelu_gemm (LLMC_GELU_GEMM): 0 cuBLASLt's GELU_AUX_BIAS / DGELU epilogues; 1 (the
-// default) our DGELU kernel wherever it applies and our forward where it applies to at most
-// kGeluGemmForwardMaxTiles output tiles (d12: B <= 16 at T=1024; on larger products cuBLASLt's
-// forward was faster, docs/perf-log.md "GELU products"); 2 both kernels wherever they apply.
+// default) our DGELU kernel wherever it applies, the forward through cuBLASLt (its
+// GELU_AUX_BIAS kernel took less GPU time than ours inside the d12 step at B=4 and B=64,
+// docs/perf-log.md "GELU products"); 2 both of ours wherever they apply.
 // gelu_gemm_applies: whether they can run here (ctx.gelu_gemm != 0, device, build, shape);
-// gelu_gemm_forward_chosen: whether matmul_forward takes ours (the policy above).
-constexpr long long kGeluGemmForwardMaxTiles = 3072;
+// gelu_gemm_forward_chosen: whether matmul_forward takes ours (ctx.gelu_gemm == 2).
 bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
                        std::initializer_list<const void*> pointers);
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,

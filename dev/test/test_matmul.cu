@@ -14,18 +14,19 @@
 // (C a multiple of 16 in bf16 for flash attention, of 4 in fp32) but not of 8 or 16 beyond
 // that, and for the bias-free products (the lm-head's, cuBLASLt's only constraint being the
 // element size) every dimension odd: N=33 IC=13 OC=1003, N=5 IC=7 OC=9.
-// On sm_90 (bf16) the GELU products run on our own kernels where they apply (matmul_sm90.cuh:
-// output width a multiple of 128, reduction width of 64; N free): the fc forward (its GELU taken
-// from the rounded pre_gelu, checked bitwise against gelu_forward of the pre_gelu it wrote) and
-// the DGELU product, which also adds the GELU layer's bias gradient (gelu_dbias, the column sums
-// of the dinp it wrote, checked against those sums in double). Cases "GPT-2 fc", "GPT-2 fcproj",
-// "GELU and DGELU without bias" (DGELU only) and the "GELU GEMM" ones reach them; the test says
-// which ran. Each linear case also runs matmul_backward (both halves in one call), the weight half
-// on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as the
-// split run, since the plan and the order of every sum are the same. The fp32 build runs everything
-// twice: TF32 off (the bounds below), then TF32 on in a second Context (its own plans) with the
-// bounds widened for TF32's rounding of the inputs. Without a GPU it exits 77 with "SKIP <reason>"
-// (test_device.h).
+// On sm_90 (bf16), with LLMC_GELU_GEMM=2 (the first of the bf16 build's two runs; the second
+// has cuBLASLt's epilogues, 0), the GELU products run on our own kernels where they apply
+// (matmul_sm90.cuh: output width a multiple of 128, reduction width of 64; N free): the fc forward
+// (its GELU taken from the rounded pre_gelu, checked bitwise against gelu_forward of the pre_gelu
+// it wrote) and the DGELU product, which also adds the GELU layer's bias gradient (gelu_dbias, the
+// column sums of the dinp it wrote, checked against those sums in double). Cases "GPT-2 fc", "GPT-2
+// fcproj", "GELU and DGELU without bias" (DGELU only) and the "GELU GEMM" ones reach them; the test
+// says which ran. Each linear case also runs matmul_backward (both halves in one call), the weight
+// half on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as
+// the split run, since the plan and the order of every sum are the same. The fp32 build runs
+// everything twice: TF32 off (the bounds below), then TF32 on in a second Context (its own plans)
+// with the bounds widened for TF32's rounding of the inputs. Without a GPU it exits 77 with "SKIP
+// <reason>" (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -489,11 +490,15 @@ void run_all(Context* ctx, bool tf32) {
 
 int main() {
     skip_if_no_device();
-    {
+    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply), then 0 (cuBLASLt's
+    // epilogues): the default, 1, takes one of each. The fp32 build has cuBLASLt's only.
+    for (int gelu_gemm : {2, 0}) {
+        if (gelu_gemm == 0 && sizeof(floatX) == 4) break;
         Context ctx;
         context_init(&ctx, 0, /*tf32=*/false);
-        std::printf("test_matmul: %s build%s\n", kPrecisionName,
-                    sizeof(floatX) == 4 ? ", TF32 off" : "");
+        ctx.gelu_gemm = gelu_gemm;
+        std::printf("test_matmul: %s build%s, gelu gemm %d\n", kPrecisionName,
+                    sizeof(floatX) == 4 ? ", TF32 off" : "", gelu_gemm);
         run_all(&ctx, false);
     }
     if (sizeof(floatX) == 4) {
