@@ -4,8 +4,10 @@
 // The forward takes GELU in the fc matmul's cuBLASLt epilogue (no extra pass over (N, 4C));
 // this pass recomputes the output in the backward when it is not kept (--recompute >= 1). It
 // works on the stored (rounded) input, the epilogue on the float accumulator, so the two can
-// differ by one rounding of the output (test_gpt2cu bounds the effect). The backward's gelu'
-// stays in cuBLASLt's DGELU epilogue.
+// differ by one rounding of the output (test_gpt2cu bounds the effect; with our own forward
+// kernel, LLMC_GELU_GEMM=2, they are the same bits). The backward's gelu' is in the DGELU
+// epilogue of the fcproj input gradient: our own kernel on sm_90 (matmul_sm90.cuh, with
+// gelu_tanh_grad below), cuBLASLt's elsewhere.
 #pragma once
 #include <cstddef>
 

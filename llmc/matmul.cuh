@@ -1,4 +1,5 @@
-// matmul.cuh: every matrix product of the model, through cuBLASLt.
+// matmul.cuh: every matrix product of the model, through cuBLASLt, and on sm_90 through our own
+// kernels for the products around GELU where ctx.gelu_gemm asks for them (matmul_sm90.cuh).
 //
 // Shapes are row-major, as the tensors are stored. Linear layers (weight is (OC, IC), as in
 // PyTorch):
