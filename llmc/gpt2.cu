@@ -13,7 +13,6 @@
 #include "gpt2.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
-#include "matmul_sm90.cuh"
 #include "nvtx.h"
 
 namespace llmc {
@@ -99,7 +98,7 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->dfch = a->take<floatX>(N * 4 * C, "backward scratch");
     acts->dbias_scratch = a->take<float>(matmul_bias_scratch_floats(4 * C), "backward scratch");
     acts->dgelu_bias_scratch =
-        a->take<float>(dgelu_bias_partial_floats((int)N, 4 * C), "backward scratch");
+        a->take<float>(matmul_gelu_bias_scratch_floats((int)N, 4 * C), "backward scratch");
     acts->recompute_mean = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->recompute_rstd = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->att_scratch =

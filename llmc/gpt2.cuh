@@ -87,7 +87,7 @@ struct GPT2Activations {
     floatX* dqkv;          // (N, 3C)
     floatX* dfch;          // (N, 4C)
     float* dbias_scratch;  // matmul_bias_scratch_floats(4C)
-    float* dgelu_bias_scratch;  // dgelu_bias_partial_floats(N, 4C): fc bias gradient partials
+    float* dgelu_bias_scratch;  // matmul_gelu_bias_scratch_floats(N, 4C): fc bias gradient partials
     float* recompute_mean;      // (N)  statistics of a recomputed layernorm (recompute == 2)
     float* recompute_rstd;      // (N)
     void* att_scratch;

@@ -513,14 +513,16 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
     }
 }
 
+// dbias (OC) += the sum of partial's `rows` rows, in row order (also our DGELU kernel's
+// partial rows, matmul_sm90.cuh).
 __global__ void bias_backward_reduce_kernel(floatX* __restrict__ dbias,
-                                            const float* __restrict__ partial, int OC) {
+                                            const float* __restrict__ partial, int rows, int OC) {
     pdl_wait();
     pdl_launch_dependents();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float total = 0.0f;
-    for (int r = 0; r < kBiasRowBlocks; r++) total += partial[(size_t)r * OC + c];
+    for (int r = 0; r < rows; r++) total += partial[(size_t)r * OC + c];
     dbias[c] = from_float<floatX>(to_float(dbias[c]) + total);
 }
 
@@ -535,12 +537,16 @@ void bias_backward(const Context& ctx, cudaStream_t stream, floatX* dbias, float
     launch_kernel(ctx, stream, bias_backward_partial_kernel, grid, kBiasWarps * kWarpSize, 0,
                   scratch, dout, N, OC);
     launch_kernel(ctx, stream, bias_backward_reduce_kernel, (OC + 255) / 256, 256, 0, dbias,
-                  scratch, OC);
+                  scratch, kBiasRowBlocks, OC);
 }
 
 }  // namespace
 
 size_t matmul_bias_scratch_floats(int OC) { return (size_t)kBiasRowBlocks * OC; }
+
+size_t matmul_gelu_bias_scratch_floats(int N, int IC) {
+    return (size_t)dgelu_bias_partial_rows(N) * IC;
+}
 
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
                           int N, int OC) {
@@ -588,7 +594,8 @@ bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
     if (pre_gelu != nullptr && gelu_dbias != nullptr &&
         gelu_gemm_applies(ctx, N, IC, OC, {dinp, dout, weight, pre_gelu, gelu_dbias_scratch})) {
         dgelu_gemm_backward(ctx, dinp, gelu_dbias_scratch, dout, weight, pre_gelu, N, IC, OC);
-        dgelu_bias_reduce(ctx, ctx.stream, gelu_dbias, gelu_dbias_scratch, N, IC);
+        launch_kernel(ctx, ctx.stream, bias_backward_reduce_kernel, (IC + 255) / 256, 256, 0,
+                      gelu_dbias, gelu_dbias_scratch, dgelu_bias_partial_rows(N), IC);
         return true;
     }
     // dinp^T (IC x N) = W^T (col-major view of W, IC x OC) * dout^T (OC x N)

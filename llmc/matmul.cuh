@@ -36,8 +36,10 @@ namespace llmc {
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
 
-// Floats of dbias_scratch matmul_backward needs for a bias gradient of OC values.
+// Floats of dbias_scratch matmul_backward needs for a bias gradient of OC values, and of
+// gelu_dbias_scratch matmul_backward_input needs for N rows of IC.
 size_t matmul_bias_scratch_floats(int OC);
+size_t matmul_gelu_bias_scratch_floats(int N, int IC);
 // The bias-gradient part alone: dbias (OC) += column sums of dout (N, OC) through `scratch`
 // (OC a multiple of 16 bytes' worth of floatX, dout 16-byte aligned; benchmarks and tests).
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
@@ -54,7 +56,7 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
 // dweight, dbias or dbias_scratch.
 // With pre_gelu and gelu_dbias, where our own DGELU kernel applies (matmul_sm90.cuh), it also
 // adds the column sums of dinp to gelu_dbias (the bias gradient of the layer whose output went
-// through the GELU) through gelu_dbias_scratch (dgelu_bias_partial_floats(N, IC) floats) and
+// through the GELU) through gelu_dbias_scratch (matmul_gelu_bias_scratch_floats(N, IC)) and
 // returns true; otherwise it leaves gelu_dbias alone and returns false.
 bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
                            const floatX* weight, int N, int IC, int OC,

@@ -28,7 +28,7 @@
 //       backward: dinp = acc * gelu_tanh_grad(pre) rounded to bf16, in place over pre in the
 //         buffer; then by 16-byte chunks to global memory, each thread summing its chunk's 8
 //         columns over its 16 rows; those sums are added across the warpgroup in a fixed order
-//         into the tile's row of bias_partial.
+//         into the tile's row of bias_partial (matmul.cu adds the rows up).
 #include <algorithm>
 #include <cstdint>
 
@@ -282,17 +282,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-__global__ void dgelu_bias_reduce_kernel(floatX* __restrict__ dbias,
-                                         const float* __restrict__ partial, int rows, int cols) {
-    pdl_wait();
-    pdl_launch_dependents();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    float total = 0.0f;
-    for (int r = 0; r < rows; r++) total += partial[(size_t)r * cols + c];
-    dbias[c] = from_float<floatX>(to_float(dbias[c]) + total);
-}
-
 #if defined(ENABLE_BF16)
 // Whether this binary holds the sm_90a image of the kernel (not in builds for other GPUs).
 bool image_has_kernel() {
@@ -358,7 +347,7 @@ void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const float
     launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
 }
 
-size_t dgelu_bias_partial_floats(int N, int IC) { return (size_t)((N + kTile - 1) / kTile) * IC; }
+int dgelu_bias_partial_rows(int N) { return (N + kTile - 1) / kTile; }
 
 void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, const floatX* dout,
                          const floatX* weight, const floatX* pre, int N, int IC, int OC) {
@@ -369,12 +358,6 @@ void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, 
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, IC, kTile);
     launch<true>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC, OC);
-}
-
-void dgelu_bias_reduce(const Context& ctx, cudaStream_t stream, floatX* dbias,
-                       const float* bias_partial, int N, int IC) {
-    launch_kernel(ctx, stream, dgelu_bias_reduce_kernel, (IC + 255) / 256, 256, 0, dbias,
-                  bias_partial, (N + kTile - 1) / kTile, IC);
 }
 
 }  // namespace llmc

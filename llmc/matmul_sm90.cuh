@@ -7,7 +7,7 @@
 //                       (N, IC)), rounded once to bf16, overwritten; and bias_partial
 //                       (ceil(N / 128), IC) floats: row r holds the column sums of the rounded
 //                       dinp over rows [128 r, 128 r + 128), the fc bias gradient before its
-//                       last, ordered reduction (dgelu_bias_reduce).
+//                       last, ordered reduction (matmul_backward_input's).
 // Where they apply (gelu_gemm_applies): a compute capability 9.0 device running this binary's
 // sm_90a image, the bf16 build, the product's output width (OC forward, IC backward) a multiple
 // of 128, its reduction width a multiple of 64, every pointer 16-byte aligned. N is free (rows
@@ -38,12 +38,9 @@ bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
 void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int IC, int OC);
 
-// Floats of bias_partial for N rows of IC columns.
-size_t dgelu_bias_partial_floats(int N, int IC);
+// Rows of bias_partial for N rows of dinp (each of IC floats).
+int dgelu_bias_partial_rows(int N);
 void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, const floatX* dout,
                          const floatX* weight, const floatX* pre, int N, int IC, int OC);
-// dbias (IC) += the sum of bias_partial's ceil(N / 128) rows, in row order, on `stream`.
-void dgelu_bias_reduce(const Context& ctx, cudaStream_t stream, floatX* dbias,
-                       const float* bias_partial, int N, int IC);
 
 }  // namespace llmc

@@ -224,7 +224,7 @@ void run_ours(Context* ctx, int N) {
     DeviceBuffer<floatX> dinp[2] = {DeviceBuffer<floatX>((size_t)N * H),
                                     DeviceBuffer<floatX>((size_t)N * H)};
     DeviceBuffer<float> scratch(
-        std::max(matmul_bias_scratch_floats(H), dgelu_bias_partial_floats(N, H)));
+        std::max(matmul_bias_scratch_floats(H), matmul_gelu_bias_scratch_floats(N, H)));
     std::vector<float> got_dbias[2];
     float t_fwd[2], t_bwd[2];
     for (int ours = 0; ours < 2; ours++) {

@@ -161,7 +161,7 @@ struct LinearDevice {
           dbias(c.OC),
           gelu_dbias(c.IC),
           scratch(matmul_bias_scratch_floats(c.OC)),
-          gelu_scratch(dgelu_bias_partial_floats(c.N, c.IC)) {}
+          gelu_scratch(matmul_gelu_bias_scratch_floats(c.N, c.IC)) {}
     floatX* dout_ptr(const LinearCase& c) const { return dout.get() + (c.misaligned ? 1 : 0); }
 };
 
