@@ -250,10 +250,12 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
 
 // The backward's two halves apart: dinp (overwritten) and dw, dbias (accumulated onto random
 // values). Returns the bytes of dinp, dw and dbias for the bitwise comparisons.
-// With c.dgelu, gelu_dbias (onto random values) goes to matmul_backward_input too; *fused says
-// whether our DGELU kernel added to it (matmul_backward only runs cuBLASLt's DGELU epilogue).
+// With c.dgelu and gelu_bias, gelu_dbias (onto random values) goes to matmul_backward_input too;
+// *fused says whether our DGELU kernel added to it (matmul_backward, how 1, takes none: it runs
+// the DGELU epilogue without the bias sums, as matmul_backward_input does without gelu_dbias).
 std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c, LinearDevice* g,
-                                        const LinearData& d, int how, bool* fused = nullptr) {
+                                        const LinearData& d, int how, bool* fused = nullptr,
+                                        bool gelu_bias = true) {
     const size_t NI = (size_t)c.N * c.IC;
     poison(g->dinp.get(), NI);
     poison(g->scratch.get(), g->scratch.size());
@@ -262,7 +264,7 @@ std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c,
     upload(g->gelu_dbias.get(), d.gelu_dbias0);
     floatX* dbias = c.bias ? g->dbias.get() : nullptr;
     const floatX* pre = c.dgelu ? g->pre_in.get() : nullptr;
-    floatX* gelu_dbias = c.dgelu ? g->gelu_dbias.get() : nullptr;
+    floatX* gelu_dbias = c.dgelu && gelu_bias ? g->gelu_dbias.get() : nullptr;
     bool did = false;
     if (how == 0) {  // the halves apart, on ctx.stream
         did = matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC,
@@ -353,10 +355,11 @@ void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const Lin
             download(g->dbias.get(), c.OC), db_ref, bound);
     }
     char name[96];
-    if (!fused) {  // matmul_backward passes no gelu_dbias: its bytes match only without it
-        std::snprintf(name, sizeof(name), "backward %s: matmul_backward = halves", c.name);
-        check_bitwise_equal(name, run_backward(*ctx, c, g, d, 1), first);
-    }
+    // matmul_backward passes no gelu_dbias: where our kernel took it, compare with the halves
+    // run without it too.
+    std::snprintf(name, sizeof(name), "backward %s: matmul_backward = halves", c.name);
+    check_bitwise_equal(name, run_backward(*ctx, c, g, d, 1),
+                        fused ? run_backward(*ctx, c, g, d, 0, nullptr, false) : first);
     const unsigned branches = ctx->branches;
     const bool pdl = ctx->pdl;
     context_set_overlap(ctx, branches | kBranchGemms, pdl);
