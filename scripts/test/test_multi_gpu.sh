@@ -35,6 +35,8 @@
 #       to step 30: the N-GPU resume must equal the uninterrupted N-GPU run (a) to 1e-6 (the
 #       math is the same; the 1-GPU trainer resumes bit for bit), the 1-GPU resume within the
 #       tolerance of (a), its step 21 (restored weights, before any update) within 0.01.
+#       With N > 2 also: N's step-20 checkpoint resumed on 2 GPUs, and a 2-GPU one resumed on N,
+#       each within the tolerance of (a) against the run it came from, step 21 within 0.01.
 #   (d) --graph 0 on N GPUs, 20 steps, the NCCL id shared through --init-file: equal to (a)'s
 #       N-GPU run to 1e-6.
 #   (e) throughput, d12 B=64 T=1024, 25 steps, the trainer's median step: 1 GPU, N GPUs with
@@ -271,7 +273,7 @@ fi
 
 # --- (c) checkpoint on N GPUs, resume on N and on 1 ------------------------------------------
 if run ckpt_first "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --stop-after 20 &&
-    cp -r "$W/ckpt_n" "$W/ckpt1"; then
+    cp -r "$W/ckpt_n" "$W/ckpt1" && cp -r "$W/ckpt_n" "$W/ckpt_to2"; then
     run resume_n "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --resume --stop-after 30
     read -r _ r2first r2same n2 r2max <<<"$(diffs "$W/resume_n.log" "$W/$MAIN.log" 21 30)"
     if [ "$n2" = 10 ] && le "$r2max" 1e-6; then
@@ -289,6 +291,30 @@ if run ckpt_first "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --stop-after 20 &
 else
     verdict "c) checkpoint on $NG GPUs" FAIL "the run to step 20 failed (see $W/ckpt_first.log)"
 fi
+# With N > 2 the world size also changes both ways: N's step-20 checkpoint resumed on 2 GPUs
+# (against the N-GPU run it came from), and a 2-GPU checkpoint at step 20 resumed on N (against
+# the 2-GPU run of (a)); the bounds of the 1-GPU resume.
+resume_cmp() {  # resume_cmp NAME LOG REF: steps 21-30 of LOG against REF
+    local p90 first n mx
+    read -r p90 first _ n mx <<<"$(diffs "$2" "$3" 21 30)"
+    if [ "$n" = 10 ] && le "$p90" "$tol" && le "$first" 0.01; then
+        verdict "$1" PASS "steps 21-30 p90 |diff| $p90 (tol $tol; max $mx), step 21 $first"
+    else
+        verdict "$1" FAIL "steps 21-30 p90 |diff| $p90 (tol $tol; max $mx), step 21 $first, $n of 10 steps"
+    fi
+}
+if [ "$NG" -gt 2 ]; then
+    if [ -d "$W/ckpt_to2" ]; then
+        run resume_n_to2 2 "${COMMON[@]}" -b 8 -o "$W/ckpt_to2" --resume --stop-after 30
+        resume_cmp "c) resume $NG -> 2 GPUs" "$W/resume_n_to2.log" "$W/$MAIN.log"
+    fi
+    if run ckpt2_first 2 "${COMMON[@]}" -b 8 -o "$W/ckpt_2" --stop-after 20; then
+        run resume_2_ton "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_2" --resume --stop-after 30
+        resume_cmp "c) resume 2 -> $NG GPUs" "$W/resume_2_ton.log" "$W/g2.log"
+    else
+        verdict "c) checkpoint on 2 GPUs" FAIL "the run to step 20 failed (see $W/ckpt2_first.log)"
+    fi
+fi
 
 # --- (d) graphs off ---------------------------------------------------------------------------
 # (also the file bootstrap instead of TCP)
@@ -304,6 +330,7 @@ echo
 echo "loss curves (a, b, d):"
 cols=(one16="$W/one16.log" accum="$W/accum.log")
 for n in $COUNTS; do cols+=("g${n}=$W/g${n}.log"); done
+[ "$NG" -gt 2 ] && cols+=(resume_to2="$W/resume_n_to2.log" resume_2to="$W/resume_2_ton.log")
 python3 "$W/cmp.py" table "${cols[@]}" "g${NG}_zero0=$W/g${NG}_zero0.log" nograph="$W/nograph.log" \
     resume_n="$W/resume_n.log" resume1="$W/resume1.log" | tee "$W/curves.txt"
 echo
