@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_multi_gpu.sh: the multi-GPU trainer on a machine with 2 or more NVIDIA GPUs, in one call
-# (about 6 minutes on 2 H200s; every run has a time limit, so it cannot hang; give the call 10
-# minutes and run it alone: on 2 GPUs it reaches its killed-rank check after about 5 minutes).
+# (about 3 minutes on 2 or 4 H200s; every run has a time limit, so it cannot hang; give the call
+# 10 minutes and run it alone).
 #
 #   scripts/test/test_multi_gpu.sh                 # BIN=./train_gpt2cu (bf16 build; built if missing)
 #   BIN=path/to/train_gpt2cu OUT=dir scripts/test/test_multi_gpu.sh
