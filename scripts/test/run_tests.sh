@@ -101,6 +101,8 @@ run test_ddp_cpu "$PY" dev/test/test_ddp.py "$TESTDATA/ddp"
 # The Python tools: --help without their modules, a missing module as one sentence, plot.py's errors.
 run py_tools bash dev/test/test_py_tools.sh "$PY" "$TESTDATA/py_tools"
 run quickstart bash dev/test/test_quickstart.sh
+# The multi-GPU test's loss comparisons (scripts/test/compare_losses.py) on synthetic logs.
+run compare_losses "$PY" dev/test/test_compare_losses.py "$TESTDATA/compare_losses"
 
 # --- the docs ---------------------------------------------------------------------------------
 # The README's headline and results table and docs/results.md's speed table against docs/bench.csv.

@@ -24,14 +24,20 @@
 #       permutes batches of B sequences, so B=8 and B=16 read other data: on tiny Shakespeare
 #       that made a baseline of 0.19 and a tolerance of 0.40 that a wrong reduction could pass),
 #       over the steps before B=16's first epoch ends (then B=8 wraps at another sequence).
-#       The statistic is the 90th percentile over the steps of |loss(N GPUs) - loss(1 GPU
-#       B=16)|, not the maximum: on the synthetic corpus single steps spike (losses of 11-18 for
-#       one step; which step depends on the last bits of the sums). PASS when that percentile
-#       <= 2 x the baseline's + 0.01 (the project's 2x-of-a-same-precision-baseline rule), and
-#       the step-1 losses (same weights, same tokens; only the GEMM shapes differ) within 0.01.
-#       The maximum is printed beside it.
-#   (b) --zero 0 against --zero 1 on N GPUs: the same tolerance; device memory in use per GPU of
-#       each (the trainer's summary); PASS when zero 1 saves at least 95% of the optimizer state
+#       The statistic is the 90th percentile of |loss(N GPUs) - loss(1 GPU B=16)| over the steps
+#       up to the first loss spike of either run (a loss more than 25% above the run's lowest
+#       before it), the spike's step excluded. On the synthetic corpus (lr 3e-4 from step 1)
+#       single steps spike to losses of 11-18; which step spikes depends on the last bits of the
+#       sums, and after one the curves part: measured on 2 x H200, 2 GPUs against 1 differed
+#       by <= 7e-5 over steps 1-26, then by up to 0.024 (and 4.2 at a spike the other run did
+#       not have) over 27-50, while the baseline pair spiked at step 25 instead; so comparing
+#       past a spike measures chance, not rounding. Tiny Shakespeare's curves do not spike
+#       (largest rise 6%), and every step is compared. PASS when that percentile <= 2 x the
+#       baseline's + 0.01 (the project's 2x-of-a-same-precision-baseline rule) over at least 5
+#       steps, and the step-1 losses (same weights, same tokens; only the GEMM shapes differ)
+#       within 0.01. The maximum is printed beside it.
+#   (b) --zero 0 against --zero 1 on N GPUs: the same tolerance and cut; device memory in use
+#       per GPU of each (the trainer's summary); PASS when zero 1 saves at least 95% of the optimizer state
 #       it shards (the memory plan's optimizer line: zero 0's minus zero 1's).
 #   (c) checkpoint on N GPUs at step 20 (--stop-after 20), resume on N GPUs and on 1 GPU (B=16)
 #       to step 30: the N-GPU resume must equal the uninterrupted N-GPU run (a) to 1e-6 (the
@@ -187,43 +193,11 @@ run() {
     return "$rc"
 }
 
-# Loss comparisons and the table of curves (python3, standard library only).
-cat >"$W/cmp.py" <<'EOF'
-import os, re, sys
-def losses(path):
-    out = {}
-    if not os.path.exists(path):  # a run that failed before its log (its verdict says so)
-        return out
-    for line in open(path, errors="replace"):
-        m = re.match(r"step\s+(\d+)/\d+ \| loss ([-+0-9.eEnaif]+)", line)
-        if m: out[int(m.group(1))] = float(m.group(2))
-    return out
-def vals(path):
-    if not os.path.exists(path):
-        return []
-    return [float(m.group(1)) for m in
-            (re.match(r"val loss ([-+0-9.eEnaif]+)", l) for l in open(path, errors="replace")) if m]
-mode = sys.argv[1]
-if mode == "diff":  # diff A B FIRST LAST -> "p90 diff_at_first identical count max" of |A - B|
-    a, b = losses(sys.argv[2]), losses(sys.argv[3])
-    lo, hi = int(sys.argv[4]), int(sys.argv[5])
-    steps = [s for s in range(lo, hi + 1) if s in a and s in b]
-    if len(steps) != hi - lo + 1:
-        print("nan nan 0 %d nan" % len(steps)); sys.exit(0)
-    d = [abs(a[s] - b[s]) for s in steps]
-    p90 = sorted(d)[min(len(d) - 1, int(0.9 * len(d)))]  # NaN losses sort anywhere: see max
-    if any(x != x for x in d): p90 = float("nan")
-    print("%.6g %.6g %d %d %.6g" % (p90, d[0], int(all(a[s] == b[s] for s in steps)), len(steps),
-                                     max(d)))
-elif mode == "table":  # table NAME=LOG...: every step of every run, side by side
-    cols = [(kv.split("=", 1)[0], losses(kv.split("=", 1)[1])) for kv in sys.argv[2:]]
-    print("step " + " ".join("%12s" % n for n, _ in cols))
-    for s in sorted(set().union(*[set(c) for _, c in cols])):
-        print("%4d " % s + " ".join("%12s" % ("%.6f" % c[s] if s in c else "-") for _, c in cols))
-    for n, path in [(kv.split("=", 1)[0], kv.split("=", 1)[1]) for kv in sys.argv[2:]]:
-        print("val losses %-10s %s" % (n, " ".join("%.6f" % v for v in vals(path))))
-EOF
-diffs() { python3 "$W/cmp.py" diff "$@"; }
+# Loss comparisons and the table of curves: scripts/test/compare_losses.py (standard library).
+CMP=scripts/test/compare_losses.py
+diffs() { python3 "$CMP" diff "$@"; }
+near() { python3 "$CMP" near "$@"; }
+spike() { [ "$1" != 0 ] && echo ", to the spike at step $1"; }  # spike STOP: the note of a cut
 le() { python3 -c "import sys; sys.exit(0 if float('$1') <= float('$2') else 1)"; }
 num() {  # num LOG REGEX: the first number captured by the regex's group 1
     python3 -c "
@@ -240,30 +214,30 @@ run one16_ns 1 "${COMMON[@]}" -b 16 --shuffle 0
 run accum 1 "${COMMON[@]}" -b 8 -d 16384 --shuffle 0
 epoch=$(num "$W/one16_ns.log" 'train data .* ([0-9]+) batches per epoch')
 nbase=$(python3 -c "print(min(50, int('$epoch')))" 2>/dev/null || echo 50)
-read -r base _ _ nb basemax <<<"$(diffs "$W/accum.log" "$W/one16_ns.log" 1 "$nbase")"
+read -r base _ nb _ basemax bstop <<<"$(near "$W/accum.log" "$W/one16_ns.log" 1 "$nbase")"
 tol=$(python3 -c "print('%.6g' % (2 * float('$base') + 0.01))")
-echo "baseline (1 GPU B=8 x 2 micro-steps vs B=16, --shuffle 0): p90 |diff| $base (max $basemax) over $nb steps -> tolerance $tol"
+echo "baseline (1 GPU B=8 x 2 micro-steps vs B=16, --shuffle 0): p90 |diff| $base (max $basemax) over $nb steps$(spike "$bstop") -> tolerance $tol"
 if [ "$tol" = nan ] || [ "$nb" -lt 5 ]; then
     verdict "a) accumulation baseline" FAIL "p90 $base over $nb steps (see $W/one16_ns.log, $W/accum.log)"
 fi
 for n in $COUNTS; do
     run "g${n}" "$n" "${COMMON[@]}" -b $((16 / n))
-    read -r dp90 d1 _ cnt dmax <<<"$(diffs "$W/g${n}.log" "$W/one16.log" 1 50)"
+    read -r dp90 d1 used cnt dmax dstop <<<"$(near "$W/g${n}.log" "$W/one16.log" 1 50)"
     name="a) $n GPUs B=$((16 / n)) = 1 GPU B=16"
-    if [ "$cnt" = 50 ] && le "$dp90" "$tol" && le "$d1" 0.01; then
-        verdict "$name" PASS "p90 |diff| $dp90 (tol $tol; max $dmax), step 1 $d1"
+    if [ "$cnt" = 50 ] && [ "$used" -ge 5 ] && le "$dp90" "$tol" && le "$d1" 0.01; then
+        verdict "$name" PASS "p90 |diff| $dp90 over $used steps$(spike "$dstop") (tol $tol; max $dmax), step 1 $d1"
     else
-        verdict "$name" FAIL "p90 |diff| $dp90 (tol $tol; max $dmax), step 1 $d1, $cnt of 50 steps"
+        verdict "$name" FAIL "p90 |diff| $dp90 over $used steps$(spike "$dstop") (tol $tol; max $dmax), step 1 $d1, $cnt of 50 steps"
     fi
 done
 
 # --- (b) zero 0 vs zero 1 ---------------------------------------------------------------------
 run "g${NG}_zero0" "$NG" "${COMMON[@]}" -b "$NB" --zero 0
-read -r zp90 _ zsame n zmax <<<"$(diffs "$W/g${NG}_zero0.log" "$W/$MAIN.log" 1 50)"
-if [ "$n" = 50 ] && le "$zp90" "$tol"; then
-    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" PASS "p90 |diff| $zp90 (tol $tol; max $zmax), bit-identical $zsame"
+read -r zp90 _ zused n zmax zstop <<<"$(near "$W/g${NG}_zero0.log" "$W/$MAIN.log" 1 50)"
+if [ "$n" = 50 ] && [ "$zused" -ge 5 ] && le "$zp90" "$tol"; then
+    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" PASS "p90 |diff| $zp90 over $zused steps$(spike "$zstop") (tol $tol; max $zmax)"
 else
-    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" FAIL "p90 |diff| $zp90 (tol $tol; max $zmax), $n of 50 steps"
+    verdict "b) zero 0 = zero 1 (losses, $NG GPUs)" FAIL "p90 |diff| $zp90 over $zused steps$(spike "$zstop") (tol $tol; max $zmax), $n of 50 steps"
 fi
 opt0=$(num "$W/g${NG}_zero0.log" 'optimizer ([0-9.]+)')
 opt1=$(num "$W/$MAIN.log" 'optimizer ([0-9.]+)')
@@ -280,6 +254,15 @@ else
 fi
 
 # --- (c) checkpoint on N GPUs, resume on N and on 1 ------------------------------------------
+resume_cmp() {  # resume_cmp NAME LOG REF: steps 21-30 of a resumed run against REF
+    local p90 first used n mx stop
+    read -r p90 first used n mx stop <<<"$(near "$2" "$3" 21 30)"
+    if [ "$n" = 10 ] && [ "$used" -ge 1 ] && le "$p90" "$tol" && le "$first" 0.01; then
+        verdict "$1" PASS "steps 21-30 p90 |diff| $p90 over $used steps$(spike "$stop") (tol $tol; max $mx), step 21 $first"
+    else
+        verdict "$1" FAIL "steps 21-30 p90 |diff| $p90 over $used steps$(spike "$stop") (tol $tol; max $mx), step 21 $first, $n of 10 steps"
+    fi
+}
 if run ckpt_first "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --stop-after 20 &&
     cp -r "$W/ckpt_n" "$W/ckpt1" && cp -r "$W/ckpt_n" "$W/ckpt_to2"; then
     run resume_n "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --resume --stop-after 30
@@ -290,27 +273,13 @@ if run ckpt_first "$NG" "${COMMON[@]}" -b "$NB" -o "$W/ckpt_n" --stop-after 20 &
         verdict "c) resume $NG -> $NG GPUs" FAIL "steps 21-30 max |diff| $r2max (want <= 1e-6), step 21 $r2first, $n2 of 10 steps"
     fi
     run resume1 1 "${COMMON[@]}" -b 16 -o "$W/ckpt1" --resume --stop-after 30
-    read -r r1p90 r1first _ n1 r1max <<<"$(diffs "$W/resume1.log" "$W/$MAIN.log" 21 30)"
-    if [ "$n1" = 10 ] && le "$r1p90" "$tol" && le "$r1first" 0.01; then
-        verdict "c) resume $NG -> 1 GPU" PASS "steps 21-30 p90 |diff| $r1p90 (tol $tol; max $r1max), step 21 $r1first"
-    else
-        verdict "c) resume $NG -> 1 GPU" FAIL "steps 21-30 p90 |diff| $r1p90 (tol $tol; max $r1max), step 21 $r1first, $n1 of 10 steps"
-    fi
+    resume_cmp "c) resume $NG -> 1 GPU" "$W/resume1.log" "$W/$MAIN.log"
 else
     verdict "c) checkpoint on $NG GPUs" FAIL "the run to step 20 failed (see $W/ckpt_first.log)"
 fi
 # With N > 2 the world size also changes both ways: N's step-20 checkpoint resumed on 2 GPUs
 # (against the N-GPU run it came from), and a 2-GPU checkpoint at step 20 resumed on N (against
 # the 2-GPU run of (a)); the bounds of the 1-GPU resume.
-resume_cmp() {  # resume_cmp NAME LOG REF: steps 21-30 of LOG against REF
-    local p90 first n mx
-    read -r p90 first _ n mx <<<"$(diffs "$2" "$3" 21 30)"
-    if [ "$n" = 10 ] && le "$p90" "$tol" && le "$first" 0.01; then
-        verdict "$1" PASS "steps 21-30 p90 |diff| $p90 (tol $tol; max $mx), step 21 $first"
-    else
-        verdict "$1" FAIL "steps 21-30 p90 |diff| $p90 (tol $tol; max $mx), step 21 $first, $n of 10 steps"
-    fi
-}
 if [ "$NG" -gt 2 ]; then
     if [ -d "$W/ckpt_to2" ]; then
         run resume_n_to2 2 "${COMMON[@]}" -b 8 -o "$W/ckpt_to2" --resume --stop-after 30
@@ -339,7 +308,7 @@ echo "loss curves (a, b, d):"
 cols=(one16="$W/one16.log" one16_ns="$W/one16_ns.log" accum="$W/accum.log")
 for n in $COUNTS; do cols+=("g${n}=$W/g${n}.log"); done
 [ "$NG" -gt 2 ] && cols+=(resume_to2="$W/resume_n_to2.log" resume_2to="$W/resume_2_ton.log")
-python3 "$W/cmp.py" table "${cols[@]}" "g${NG}_zero0=$W/g${NG}_zero0.log" nograph="$W/nograph.log" \
+python3 "$CMP" table "${cols[@]}" "g${NG}_zero0=$W/g${NG}_zero0.log" nograph="$W/nograph.log" \
     resume_n="$W/resume_n.log" resume1="$W/resume1.log" | tee "$W/curves.txt"
 echo
 
