@@ -37,8 +37,8 @@
 #       steps, and the step-1 losses (same weights, same tokens; only the GEMM shapes differ)
 #       within 0.01. The maximum is printed beside it.
 #   (b) --zero 0 against --zero 1 on N GPUs: the same tolerance and cut; device memory in use
-#       per GPU of each (the trainer's summary); PASS when zero 1 saves at least 95% of the optimizer state
-#       it shards (the memory plan's optimizer line: zero 0's minus zero 1's).
+#       per GPU of each (the trainer's summary); PASS when zero 1 saves at least 95% of the
+#       optimizer state it shards (the memory plan's optimizer line: zero 0's minus zero 1's).
 #   (c) checkpoint on N GPUs at step 20 (--stop-after 20), resume on N GPUs and on 1 GPU (B=16)
 #       to step 30: the N-GPU resume must equal the uninterrupted N-GPU run (a) to 1e-6 (the
 #       math is the same; the 1-GPU trainer resumes bit for bit), the 1-GPU resume within the
