@@ -16,6 +16,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "scripts", "test", "compare_losses.py")
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 WORK = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "testdata", "compare_losses")
 os.makedirs(WORK, exist_ok=True)
 failed = 0
@@ -111,6 +114,8 @@ check("table: a row per step and the validation losses",
 
 rc, _ = tool("nonsense")
 check("an unknown mode exits 2", rc == 2, "exit %d" % rc)
+rc, out = tool("--help")
+check("--help prints the usage and exits 0", rc == 0 and "near" in out, "exit %d" % rc)
 
 print("test_compare_losses: %d failed" % failed)
 sys.exit(1 if failed else 0)

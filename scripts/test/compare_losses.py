@@ -87,6 +87,9 @@ def near(a, b, lo, hi):
 
 def main(argv):
     mode = argv[1] if len(argv) > 1 else ""
+    if mode in ("-h", "--help"):
+        print(__doc__)
+        return 0
     if mode == "diff" and len(argv) == 6:
         r, n = diff(losses(argv[2]), losses(argv[3]), int(argv[4]), int(argv[5]))
         if r is None:
