@@ -1,17 +1,20 @@
-// bench_l2.cu: what L2 delivers to the SMs on this GPU, the ceiling of a GEMM's operand loads
-// (docs/perf-log.md, "GELU products": a 128 x 128 tile at K = 768 needs ~11 TB/s from L2 at
-// 700 TFLOP/s).
+// bench_l2.cu: what L2 delivers to the SMs on this GPU when every SM loads at once, by the
+// tensor copy engine (TMA, as the GEMMs load their operands) and by plain loads, against DRAM
+// (docs/perf-log.md, "GELU products": a 128 x 128 tile at K = 768 takes ~11 TB/s of operands
+// at 700 TFLOP/s).
 //
 //   build/bf16/dev/bench/bench_l2 [--runs N]
 //
 // Rows (each the median of N timed launches after 3 warm-ups, events on one stream):
 //   TMA boxes, resident: one persistent CTA per SM loads 64-column x 128-row bf16 boxes (16 KiB,
 //     128-byte swizzled, the GEMM's operand box) of a rows x 768 matrix by the tensor copy
-//     engine into a 4-stage ring; a consumer warp only waits for each stage and frees it. With
-//     a matrix of 12 MiB (8192 rows) every CTA reads the whole matrix over and over from L2;
-//     with 768 MiB (524288 rows) every box comes from DRAM once (the same kernel, for scale).
+//     engine into a ring of 4, 8 or 12 stages (64-192 KiB in flight per SM); a consumer warp
+//     only waits for each stage and frees it. With a matrix of 12 MiB (8192 rows) every CTA
+//     reads the whole matrix over and over from L2; with 768 MiB (524288 rows) every box comes
+//     from DRAM once (the same kernel, for scale).
 //   LSU loads, resident: every thread of 4 blocks per SM reads 16-byte words of a 12 MiB buffer
-//     with ld.global.cg (cached in L2 only), each block walking the whole buffer.
+//     with ld.global.cg (cached in L2 only; up to 8 in flight a thread), each block walking the
+//     whole buffer.
 //   copy (cudaMemcpyAsync D2D, 1 GiB): DRAM's read + write rate, as bench_ops measures it.
 // GB/s counts the bytes delivered to the SMs (TMA: boxes x 16 KiB; LSU: words x 16 B).
 #include <cuda.h>
@@ -31,7 +34,7 @@ using namespace llmc;
 
 namespace {
 
-constexpr int kCols = 768, kBoxRows = 128, kBoxCols = 64, kStages = 4, kWarmup = 3;
+constexpr int kCols = 768, kBoxRows = 128, kBoxCols = 64, kWarmup = 3;
 constexpr uint32_t kBoxBytes = kBoxRows * kBoxCols * 2;
 constexpr int kBoxesPerCta = 2048;  // boxes each CTA loads per launch
 constexpr int kLsuBlocksPerSm = 4, kLsuThreads = 512, kLsuPasses = 16;
@@ -39,6 +42,7 @@ constexpr int kLsuBlocksPerSm = 4, kLsuThreads = 512, kLsuPasses = 16;
 // Producer (thread 0) and consumer (warp 1) of a kStages ring of boxes; box i of this CTA is
 // (row block, column block) = ((blockIdx.x + i * gridDim.x) % row_blocks, i % 12), so that the
 // CTAs in flight read different rows and every box of the matrix is visited.
+template <int kStages>
 __global__ void __launch_bounds__(64, 1)
     tma_boxes_kernel(const __grid_constant__ CUtensorMap map, int row_blocks, int* sink) {
 #ifdef LLMC_SM90A_DEVICE
@@ -87,6 +91,7 @@ __global__ void __launch_bounds__(kLsuThreads)
     uint32_t acc = 0;
     for (int p = 0; p < kLsuPasses; p++) {
         const size_t start = ((size_t)(blockIdx.x * kLsuPasses + p) * 4096) % words;
+#pragma unroll 8
         for (size_t k = threadIdx.x; k < words; k += kLsuThreads) {
             const size_t w = start + k < words ? start + k : start + k - words;
             uint4 v;
@@ -153,7 +158,8 @@ int main(int argc, char** argv) {
         return 77;
     }
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, tma_boxes_kernel) != cudaSuccess || attr.binaryVersion != 90) {
+    if (cudaFuncGetAttributes(&attr, tma_boxes_kernel<4>) != cudaSuccess ||
+        attr.binaryVersion != 90) {
         (void)cudaGetLastError();
         std::printf(
             "SKIP bench_l2: needs an sm_90 GPU and a build for it (GPU_ARCH=sm_90a; this "
@@ -175,22 +181,29 @@ int main(int argc, char** argv) {
     fill_kernel<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(mat), big_rows * kCols / 2);
     LLMC_CUDA_CHECK(cudaGetLastError());
 
-    const size_t smem = kStages * kBoxBytes + 2 * kStages * 8 + 1024;
-    LLMC_CUDA_CHECK(
-        cudaFuncSetAttribute(tma_boxes_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    for (size_t rows : {resident_rows, big_rows}) {
-        const CUtensorMap map = make_row_tensor_map(mat, 1, (int)rows, 1, kCols, kBoxRows);
-        const int row_blocks = (int)(rows / kBoxRows);
-        const double ms = median_ms(stream, runs, [&] {
-            tma_boxes_kernel<<<sms, 64, smem, stream>>>(map, row_blocks, sink);
-            LLMC_CUDA_CHECK(cudaGetLastError());
-        });
-        char name[96];
-        std::snprintf(name, sizeof(name), "TMA boxes, %s (%.0f MiB matrix)",
-                      rows == resident_rows ? "resident" : "from DRAM",
-                      rows * kCols * 2.0 / (1 << 20));
-        row(name, (double)sms * kBoxesPerCta * kBoxBytes, ms);
-    }
+    // The ring's depth sets the bytes in flight per SM (16 KiB a stage): with too few, the
+    // latency of each load, not L2, bounds the rate.
+    auto tma_rows = [&](auto kernel, int stages) {
+        const size_t smem = stages * kBoxBytes + 2 * stages * 8 + 1024;
+        LLMC_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        for (size_t rows : {resident_rows, big_rows}) {
+            const CUtensorMap map = make_row_tensor_map(mat, 1, (int)rows, 1, kCols, kBoxRows);
+            const int row_blocks = (int)(rows / kBoxRows);
+            const double ms = median_ms(stream, runs, [&] {
+                kernel<<<sms, 64, smem, stream>>>(map, row_blocks, sink);
+                LLMC_CUDA_CHECK(cudaGetLastError());
+            });
+            char name[96];
+            std::snprintf(name, sizeof(name), "TMA boxes, %d stages, %s (%.0f MiB)", stages,
+                          rows == resident_rows ? "resident" : "from DRAM",
+                          rows * kCols * 2.0 / (1 << 20));
+            row(name, (double)sms * kBoxesPerCta * kBoxBytes, ms);
+        }
+    };
+    tma_rows(tma_boxes_kernel<4>, 4);
+    tma_rows(tma_boxes_kernel<8>, 8);
+    tma_rows(tma_boxes_kernel<12>, 12);
 
     const size_t lsu_words = resident_rows * kCols * 2 / 16;
     const double lsu_ms = median_ms(stream, runs, [&] {
