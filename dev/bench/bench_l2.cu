@@ -181,8 +181,8 @@ int main(int argc, char** argv) {
     fill_kernel<<<1024, 256, 0, stream>>>(static_cast<uint32_t*>(mat), big_rows * kCols / 2);
     LLMC_CUDA_CHECK(cudaGetLastError());
 
-    // The ring's depth sets the bytes in flight per SM (16 KiB a stage): with too few, the
-    // latency of each load, not L2, bounds the rate.
+    // Three ring depths (16 KiB a stage in flight per SM): a rate that grows with the depth is
+    // bound by each load's latency, one that does not by the path from L2.
     auto tma_rows = [&](auto kernel, int stages) {
         const size_t smem = stages * kBoxBytes + 2 * stages * 8 + 1024;
         LLMC_CUDA_CHECK(
