@@ -1,13 +1,13 @@
 // gelu.cuh: GELU (tanh approximation, as GPT-2) as its own elementwise pass.
 //   gelu_forward: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp, n elements,
 //                 computed in float from the stored (floatX) input. out is overwritten.
-// The forward takes GELU in the fc matmul's cuBLASLt epilogue (no extra pass over (N, 4C));
-// this pass recomputes the output in the backward when it is not kept (--recompute >= 1). It
-// works on the stored (rounded) input, the epilogue on the float accumulator, so the two can
-// differ by one rounding of the output (test_gpt2cu bounds the effect; with our own forward
-// kernel, LLMC_GELU_GEMM=2, they are the same bits). The backward's gelu' is in the DGELU
-// epilogue of the fcproj input gradient: our own kernel on sm_90 (matmul_sm90.cuh, with
-// gelu_tanh_grad below), cuBLASLt's elsewhere.
+// The forward takes GELU in the fc matmul's epilogue (ours on sm_90, cuBLASLt's elsewhere: no
+// extra pass over (N, 4C)); this pass recomputes the output in the backward when it is not kept
+// (--recompute >= 1). It works on the stored (rounded) input, cuBLASLt's epilogue on the float
+// accumulator, so the two can differ by one rounding of the output (test_gpt2cu bounds the
+// effect; with our own forward kernel, the default on sm_90, they are the same bits). The
+// backward's gelu' is in the DGELU epilogue of the fcproj input gradient: our own kernel on
+// sm_90 (matmul_sm90.cuh, with gelu_tanh_grad below), cuBLASLt's elsewhere.
 #pragma once
 #include <cstddef>
 
@@ -20,26 +20,40 @@ void gelu_forward(const Context& ctx, floatX* out, const floatX* inp, size_t n);
 
 #ifdef __CUDACC__
 // GELU and its derivative in float, shared by this pass and our own GELU GEMMs
-// (matmul_sm90.cuh), so that their outputs are the same bits. tanh(u) = 1 - 2 / (e^2u + 1) with
-// the hardware exp2 and reciprocal (two instructions where tanhf takes ~20: the GEMM epilogues
-// evaluate 16K of these per tile): within ~2e-7 absolute of tanh, saturating to +-1 cleanly
-// (e^2u = inf gives 1, e^2u -> 0 gives -1).
+// (matmul_sm90.cuh), so that their outputs are the same bits. With u = sqrt(2/pi) (x + 0.044715
+// x^3), 0.5 (1 + tanh u) is the logistic s = 1 / (1 + e^-2u), so gelu = x s: one exp2 and one
+// reciprocal on the special-function unit and five other instructions (the GEMM epilogues
+// evaluate 16K of these per tile, and their instruction count is what the epilogue costs).
+// Flush-to-zero forms: the exponent's tails need no denormal fix-ups (e^-2u -> 0 gives s = 1,
+// e^-2u = inf gives s = 0); within ~4e-7 relative of the exact s, far below bf16's rounding.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
+// -2 sqrt(2/pi) log2(e): e^-2u = 2^(x (kGeluExp + kGeluExp * 0.044715 x^2)).
+constexpr float kGeluExp = -2.0f * kGeluScale * 1.4426950408889634f;
 
-__device__ __forceinline__ float gelu_tanh_of(float u) {
-    return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
+__device__ __forceinline__ float ex2_approx(float v) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
 }
-__device__ __forceinline__ float gelu_tanh(float x) {
-    const float cube = kGeluCube * x * x * x;
-    return 0.5f * x * (1.0f + gelu_tanh_of(kGeluScale * (x + cube)));
+__device__ __forceinline__ float rcp_approx(float v) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
 }
-// d/dx of gelu_tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// s = 0.5 (1 + tanh u) for x, given x^2.
+__device__ __forceinline__ float gelu_logistic(float x, float x2) {
+    const float v = x * fmaf(x2, kGeluExp * kGeluCube, kGeluExp);
+    return rcp_approx(1.0f + ex2_approx(v));
+}
+__device__ __forceinline__ float gelu_tanh(float x) { return x * gelu_logistic(x, x * x); }
+// d/dx of gelu_tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = tanh u = 2 s - 1, i.e.
+// s (1 + 2 x (1 - s) u'), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 __device__ __forceinline__ float gelu_tanh_grad(float x) {
     const float x2 = x * x;
-    const float t = gelu_tanh_of(kGeluScale * (x + kGeluCube * x2 * x));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    const float s = gelu_logistic(x, x2);
+    const float du2 = fmaf(x2, 2.0f * kGeluScale * 3.0f * kGeluCube, 2.0f * kGeluScale);
+    return s * fmaf(x * du2, 1.0f - s, 1.0f);
 }
 #endif
 

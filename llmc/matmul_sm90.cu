@@ -165,10 +165,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
     setmaxnreg_inc<232>();
-    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128, lane = wt % 32, warp = wt / 32;
+    // The consumer index through a shuffle, so that the compiler knows it is warp-uniform and
+    // keeps the main loop's bookkeeping (tile, stage, descriptors) in uniform registers.
+    const int cw = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
+    const int wt = threadIdx.x % 128, lane = wt % 32, warp = wt / 32;
     const uint32_t staging = staging0 + cw * kStagingBytes;
     unsigned char* const staging_ptr = smem_raw + (staging - raw);
     float* const colsum = reinterpret_cast<float*>(smem_raw + (colsum0 - raw)) + cw * 4 * kTile;
+    // Operand descriptors of stage 0, k-slice 0; stage s, k-slice ks adds its byte offset / 16
+    // (the address field is linear: shared memory stays below its 256 KiB limit).
+    const uint64_t a_desc0 = kmajor_desc(a_tile(0), kTile, 0, 0);
+    const uint64_t a_desc1 = kmajor_desc(a_tile(0), kTile, 64, 0);
+    const uint64_t w_desc =
+        BACKWARD ? mnmajor_desc(w_tile(0), kBK, 0) : kmajor_desc(w_tile(0), kTile, 0, 0);
+    constexpr uint32_t kStageStep = kOperandBytes / 16;
+    constexpr uint32_t kWSliceStep = (BACKWARD ? 16 * kRowBytes : 32) / 16;  // one k-slice of W
     for (int j = cw;; j += 2) {
         mbar_wait(id_full(j), (j / kIdSlots) & 1);
         const int t = ids[j % kIdSlots];
@@ -178,33 +189,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc0[64], acc1[64];
 #pragma unroll
         for (int e = 0; e < 64; e++) acc0[e] = acc1[e] = 0.0f;
+        // Stage and phase of this tile's first k-block (k-block g of the CTA: stage g % kStages,
+        // phase (g / kStages) & 1), then stepped along.
+        const uint32_t g0 = (uint32_t)j * (uint32_t)kblocks;
+        uint32_t s = g0 % kStages, phase = (g0 / kStages) & 1, prev = 0;
         for (int kb = 0; kb < kblocks; kb++) {
-            const int g = j * kblocks + kb, s = g % kStages;
-            mbar_wait_warp(full(s), (g / kStages) & 1);
+            mbar_wait_warp(full(s), phase);
             fence_operands(acc0);
             fence_operands(acc1);
             wgmma_fence();
-            if (BACKWARD) {
+            const uint32_t at = s * kStageStep;
 #pragma unroll
-                for (int ks = 0; ks < kBK / 16; ks++) {
-                    const uint64_t b = mnmajor_desc(w_tile(s), kBK, ks);
-                    wgmma_ss<128, 0, 1>(acc0, kmajor_desc(a_tile(s), kTile, 0, ks), b,
-                                        kb > 0 || ks > 0);
-                    wgmma_ss<128, 0, 1>(acc1, kmajor_desc(a_tile(s), kTile, 64, ks), b,
-                                        kb > 0 || ks > 0);
-                }
-            } else {
-                gemm_ss_kmajor<128, kBK / 16>(acc0, a_tile(s), kTile, 0, w_tile(s), kTile, kb > 0);
-                gemm_ss_kmajor<128, kBK / 16>(acc1, a_tile(s), kTile, 64, w_tile(s), kTile, kb > 0);
+            for (int ks = 0; ks < kBK / 16; ks++) {
+                const uint64_t b = w_desc + at + ks * kWSliceStep;
+                wgmma_ss<128, 0, BACKWARD ? 1 : 0>(acc0, a_desc0 + at + 2 * ks, b,
+                                                   kb > 0 || ks > 0);
+                wgmma_ss<128, 0, BACKWARD ? 1 : 0>(acc1, a_desc1 + at + 2 * ks, b,
+                                                   kb > 0 || ks > 0);
             }
             wgmma_commit();
             wgmma_wait<1>();
-            if (kb > 0 && lane == 0) mbar_arrive(empty((g - 1) % kStages));
+            if (kb > 0 && lane == 0) mbar_arrive(empty(prev));
+            prev = s;
+            if (++s == kStages) s = 0, phase ^= 1;
         }
         wgmma_wait<0>();
         fence_operands(acc0);
         fence_operands(acc1);
-        if (lane == 0) mbar_arrive(empty((j * kblocks + kblocks - 1) % kStages));
+        if (lane == 0) mbar_arrive(empty(prev));
         // The other consumer may start its main loop of tile j + 1, if there is one.
         mbar_wait(id_full(j + 1), ((j + 1) / kIdSlots) & 1);
         if (ids[(j + 1) % kIdSlots] < tiles) named_barrier_arrive(2 + (1 - cw), 256);

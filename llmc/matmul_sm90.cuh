@@ -24,10 +24,10 @@
 
 namespace llmc {
 
-// Context::gelu_gemm (LLMC_GELU_GEMM): 0 cuBLASLt's GELU_AUX_BIAS / DGELU epilogues; 1 (the
-// default) our DGELU kernel wherever it applies, the forward through cuBLASLt (its
-// GELU_AUX_BIAS kernel took less GPU time than ours inside the d12 step at B=4 and B=64,
-// docs/perf-log.md "GELU products"); 2 both of ours wherever they apply.
+// Context::gelu_gemm (LLMC_GELU_GEMM): 0 cuBLASLt's GELU_AUX_BIAS / DGELU epilogues; 1 our
+// DGELU kernel wherever it applies, the forward through cuBLASLt; 2 (the default) both of ours
+// wherever they apply (ours is the faster forward since the epilogue's GELU went from ~20
+// instructions an element to 7, docs/perf-log.md "GELU products").
 // gelu_gemm_applies: whether they can run here (ctx.gelu_gemm != 0, device, build, shape);
 // gelu_gemm_forward_chosen: whether matmul_forward takes ours (ctx.gelu_gemm == 2).
 bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,

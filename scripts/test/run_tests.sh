@@ -134,8 +134,9 @@ for g in 1 0; do
         LLMC_FLASH_FUSED_BACKWARD=2 LLMC_GELU_GEMM=0 ./test_gpt2cu \
         --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
 done
-# Our sm_90 fc forward kernel (bias + GELU), which the default leaves to cuBLASLt.
-run test_gpt2cu_small_gelu_gemm2 env LLMC_GELU_GEMM=2 ./test_gpt2cu \
+# cuBLASLt's fc forward (GELU_AUX_BIAS) beside our sm_90 DGELU kernel: the default runs ours
+# for both.
+run test_gpt2cu_small_gelu_gemm1 env LLMC_GELU_GEMM=1 ./test_gpt2cu \
     --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin"
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
