@@ -56,7 +56,7 @@ one_sentence() {
 ALL=$(hide "${MODULES[@]}")
 for s in run/plot.py hf/export_hf.py hf/check_hf_logits.py ref/train_gpt2.py \
     bench/bench_attention.py bench/bench_tokenizer.py data/gen_unicode_tables.py \
-    bench/bench_table.py; do
+    bench/bench_table.py bench/ncu_hotspots.py; do
     if PYTHONPATH=$ALL "$PY" "scripts/$s" --help >"$WORK/out" 2>"$WORK/err" &&
         grep -q "usage:" "$WORK/out" && [ ! -s "$WORK/err" ]; then
         pass "$s --help exits 0 with every optional module hidden"

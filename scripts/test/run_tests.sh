@@ -103,6 +103,8 @@ run py_tools bash dev/test/test_py_tools.sh "$PY" "$TESTDATA/py_tools"
 run quickstart bash dev/test/test_quickstart.sh
 # The multi-GPU test's loss comparisons (scripts/test/compare_losses.py) on synthetic logs.
 run compare_losses "$PY" dev/test/test_compare_losses.py "$TESTDATA/compare_losses"
+# ncu's per-instruction stall samples summed by scripts/bench/ncu_hotspots.py, on synthetic CSVs.
+run ncu_hotspots "$PY" dev/test/test_ncu_hotspots.py "$TESTDATA/ncu_hotspots"
 
 # --- the docs ---------------------------------------------------------------------------------
 # The README's headline and results table and docs/results.md's speed table against docs/bench.csv.

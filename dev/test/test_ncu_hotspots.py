@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""test_ncu_hotspots.py: scripts/bench/ncu_hotspots.py on synthetic ncu source-page CSVs, through
+its command line.
+
+Cases: two kernels in one file (totals, the share of each stall reason, a range's executed
+instructions per pass, the top list in sample order, --kernel); numbers written with thousands
+separators; a file that is not a source page, one without the sampling columns, a --kernel or
+--range out of bounds (each exit 2 with one line on stderr).
+Usage: test_ncu_hotspots.py [WORK_DIR] (default build/testdata/ncu_hotspots). Exit 0 when all
+pass.
+"""
+import csv
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "scripts", "bench", "ncu_hotspots.py")
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
+WORK = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "testdata", "ncu_hotspots")
+os.makedirs(WORK, exist_ok=True)
+failed = 0
+REASONS = ["barrier", "dispatch", "long_sb", "not_selected", "selected", "wait"]
+
+
+def check(name, ok, detail):
+    global failed
+    print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail))
+    failed += 0 if ok else 1
+
+
+def write(path, kernels, header_extra=True, thousands=False):
+    """kernels: [(name, [(text, executed, {reason: samples})])]"""
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)",
+              "Warp Stall Sampling (Not-issued Samples)", "# Samples", "Instructions Executed"]
+    if not header_extra:
+        header = ["Address", "Source", "Instructions Executed"]
+    reasons = ["stall_" + r for r in REASONS] if header_extra else []
+    header += reasons + [r + " (Not Issued)" for r in reasons]
+    fmt = (lambda v: "{:,}".format(v)) if thousands else str
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        for name, rows in kernels:
+            w.writerow(["Kernel Name", name, ""])
+            w.writerow(header)
+            for i, (text, executed, st) in enumerate(rows):
+                total = sum(st.values())
+                cells = ["0x%x" % (0x1000 + 16 * i), "      " + text]
+                if header_extra:
+                    cells += [fmt(total), fmt(total - st.get("selected", 0)), fmt(total)]
+                cells.append(fmt(executed))
+                if header_extra:
+                    cells += [fmt(st.get(r, 0)) for r in REASONS]
+                    cells += ["0"] * len(REASONS)
+                w.writerow(cells)
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, TOOL] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+# Kernel A: a loop body (indices 1-3, 4 passes) that waits on memory, then an epilogue (4-5).
+A = ("void kernel_a<0>(int)", [
+    ("MOV R1, c[0x0][0x28]", 4, {"selected": 2}),
+    ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2]", 16, {"long_sb": 40, "selected": 4}),
+    ("HGMMA.64x128x16.F32.BF16 R8, gdesc[UR4], R8", 16, {"not_selected": 10, "dispatch": 6}),
+    ("@P0 BRA 0x1010", 16, {"wait": 8, "selected": 2}),
+    ("MUFU.EX2 R3, R3", 4, {"dispatch": 12, "selected": 8}),
+    ("STG.E.128 [R4], R8", 4, {"barrier": 8}),
+])
+# Kernel B: one instruction, no samples.
+B = ("void kernel_b(float*)", [("EXIT", 1, {})])
+two = os.path.join(WORK, "two.csv")
+write(two, [A, B])
+rc, out, err = run(two, "--top", "3", "--range", "1:4:loop", "--range", "4:6")
+total = 2 + 44 + 16 + 10 + 20 + 8
+check("two kernels: exit 0", rc == 0, "rc=%d %s" % (rc, err.strip()))
+check("two kernels: both reported", out.count("== kernel ") == 2 and "kernel_b" in out,
+      "%d kernel headers" % out.count("== kernel "))
+check("totals", "instructions 6, executed 60, stall samples %d" % total in out,
+      [l for l in out.splitlines() if l.startswith("instructions")][:1])
+want = "by reason: long_sb %.1f%%, dispatch %.1f%%" % (100.0 * 40 / total, 100.0 * 18 / total)
+check("reason shares, largest first", want in out,
+      [l for l in out.splitlines() if l.startswith("by reason")][:1])
+check("range per pass", "range loop: %.1f%% of the samples, 48 instructions executed, 3.0 per pass"
+      % (100.0 * 70 / total) in out, [l for l in out.splitlines() if l.startswith("range")])
+check("range with its default name", "range 4:6: %.1f%% of the samples, 8 instructions executed, "
+      "2.0 per pass" % (100.0 * 28 / total) in out,
+      [l for l in out.splitlines() if l.startswith("range 4")])
+top = [l.split()[0] for l in out.split("top 3 instructions")[1].splitlines()[1:4]]
+check("top list in sample order", top == ["1", "4", "2"], top)
+check("a kernel without samples says so", "(no samples" in out, "")
+rc, out, err = run(two, "--kernel", "1")
+check("--kernel 1 alone", rc == 0 and out.count("== kernel ") == 1 and "kernel_b" in out, out[:80])
+
+sep = os.path.join(WORK, "thousands.csv")
+big = ("void big()", [("FFMA R1, R2, R3, R1", 1234567, {"selected": 2500, "wait": 1500})])
+write(sep, [big], thousands=True)
+rc, out, err = run(sep)
+check("thousands separators", rc == 0 and "executed 1234567, stall samples 4000" in out,
+      [l for l in out.splitlines() if l.startswith("instructions")][:1])
+
+for name, args, needle in [
+        ("not a source page", [os.path.join(WORK, "plain.csv")], "holds no source page"),
+        ("no sampling columns", [os.path.join(WORK, "nosamples.csv")], "SourceCounters"),
+        ("--kernel out of range", [two, "--kernel", "2"], "kernels 0 to 1"),
+        ("--range malformed", [two, "--range", "7"], "--range takes"),
+        ("missing file", [os.path.join(WORK, "absent.csv")], "cannot read")]:
+    if name == "not a source page":
+        with open(args[0], "w") as f:
+            f.write("a,b,c\n1,2,3\n")
+    if name == "no sampling columns":
+        write(args[0], [A], header_extra=False)
+    rc, out, err = run(*args)
+    lines = err.strip().splitlines()
+    check(name, rc == 2 and len(lines) == 1 and needle in lines[0] and lines[0].startswith("error:"),
+          "rc=%d stderr=%r" % (rc, err.strip()))
+
+print("test_ncu_hotspots: %s" % ("all passed" if failed == 0 else "%d failed" % failed))
+sys.exit(1 if failed else 0)
