@@ -15,6 +15,10 @@
 #   sanitize  compute-sanitizer memcheck and synccheck on test_gpt2cu (small config), racecheck
 #             on test_wgmma_tiles (the reason is at the stage)
 #   benchops  dev/bench/bench_ops of both precisions, dev/bench/bench_attention if present
+#   hotspots  on sm_90 with ncu: warp-stall samples per SASS instruction of our Hopper kernels
+#             (the GELU GEMMs in bench_gelu_gemm at 65536 rows, the flash attention forward
+#             and backward in bench_attention at B=64 T=1024), summed by
+#             scripts/bench/ncu_hotspots.py (about a minute; the CSVs stay in the logs)
 #   bench     scripts/bench/bench.sh with its four default configs (ours vs PyTorch compile)
 #   compare   scripts/bench/compare_precision.sh -p 1 (fp32 vs bf16 loss curves, 200 steps; PyTorch's own
 #             bf16 autocast gap for scale)
@@ -43,7 +47,7 @@
 # .carry/vocab.bpe (tiny Shakespeare tokenized here), .carry/commit.txt (the commit id).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-ALL="build dumps tests shapes sanitize benchops bench compare pipeline runs multigpu"
+ALL="build dumps tests shapes sanitize benchops hotspots bench compare pipeline runs multigpu"
 only="" skip="" resume=0 bench_args=""
 while [ $# -gt 0 ]; do
     case $1 in
@@ -94,7 +98,10 @@ step() {  # step NAME COMMAND...: run, log to $LOGS/NAME.log, remember PASS/FAIL
     echo "${results[-1]}"
 }
 # Logs packed for $OUT after every stage, so a call cut off by its time limit still returns them.
-pack() { tar czf "$OUT/device_check_logs.tar.gz" --exclude='*.bin' -C build device_check 2>/dev/null; }
+pack() {
+    tar czf "$OUT/device_check_logs.tar.gz" --exclude='*.bin' --exclude='*.ncu-rep' -C build \
+        device_check 2>/dev/null
+}
 stage_times="" cur_stage="" cur_t0=0
 end_stage() {  # the running stage's duration into stage_times
     [ -n "$cur_stage" ] && stage_times+="$cur_stage $((SECONDS - cur_t0))s, "
@@ -134,6 +141,10 @@ if want benchops; then
     need build/bf16/dev/bench/bench_ops
     need build/fp32/dev/bench/bench_ops
     [ -f dev/bench/bench_attention.cu ] && need build/bf16/dev/bench/bench_attention
+fi
+if want hotspots; then
+    need build/bf16/dev/bench/bench_gelu_gemm
+    need build/bf16/dev/bench/bench_attention
 fi
 want pipeline && { need train_gpt2cu; [ -f dev/bench/bench_tokenizer.cpp ] && need build/host/dev/bench/bench_tokenizer; }
 if [ ${#missing[@]} -gt 0 ]; then
@@ -243,6 +254,35 @@ if want benchops; then
         tail -n 25 "$LOGS/bench_attention.log"
     else
         skip_result bench_attention "no build/bf16/dev/bench/bench_attention"
+    fi
+fi
+
+# --- hotspots: where our Hopper kernels' warps wait, instruction by instruction.
+if want hotspots; then
+    stage hotspots
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+    if ! command -v ncu >/dev/null; then
+        skip_result hotspots "no ncu on the PATH"
+    elif [ "$cc" != 9.0 ]; then
+        skip_result hotspots "our Hopper kernels need sm_90 (compute capability here: ${cc:-none})"
+    else
+        hot() {  # hot NAME KERNEL_REGEX COUNT COMMAND...: the first COUNT launches that match
+            local name=$1 regex=$2 count=$3
+            shift 3
+            ncu --clock-control none -k "regex:$regex" -c "$count" --section WarpStateStats \
+                --section SourceCounters -f -o "$LOGS/$name" "$@" &&
+                ncu --import "$LOGS/$name.ncu-rep" --page source --csv --print-source sass \
+                    >"$LOGS/$name.csv" &&
+                "$PY" scripts/bench/ncu_hotspots.py "$LOGS/$name.csv" --top 25
+        }
+        # bench_gelu_gemm checks the forward, then the DGELU product: one launch of each.
+        step hotspots_gelu_gemm hot hot_gelu_gemm gelu_gemm_kernel 2 \
+            build/bf16/dev/bench/bench_gelu_gemm --rows 65536
+        step hotspots_flash_forward hot hot_flash_forward flash_attention_sm90_forward 1 \
+            build/bf16/dev/bench/bench_attention --shape 64,1024,12,64
+        step hotspots_flash_backward hot hot_flash_backward 'flash_attention_sm90_(fused|dq|dkdv)' \
+            2 build/bf16/dev/bench/bench_attention --shape 64,1024,12,64
+        grep -hE "^== kernel|^instructions|^by reason" "$LOGS"/hotspots_*.log
     fi
 fi
 
