@@ -14,21 +14,22 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(ROOT, "scripts", "bench", "ncu_hotspots.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pycheck import check, failures  # noqa: E402 (after the path)
+
+TOOL = os.path.join(HERE, "..", "..", "scripts", "bench", "ncu_hotspots.py")
 if sys.argv[1:2] in (["-h"], ["--help"]):
     print(__doc__)
     sys.exit(0)
-WORK = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "testdata", "ncu_hotspots")
+WORK = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "testdata",
+                                                           "ncu_hotspots")
 os.makedirs(WORK, exist_ok=True)
-failed = 0
 REASONS = ["barrier", "dispatch", "long_sb", "not_selected", "selected", "wait"]
 
 
-def check(name, ok, detail):
-    global failed
-    print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail))
-    failed += 0 if ok else 1
+def expect(name, ok, detail):
+    check(ok, "%s: %s" % (name, detail))
 
 
 def write(path, kernels, header_extra=True, thousands=False):
@@ -77,30 +78,30 @@ two = os.path.join(WORK, "two.csv")
 write(two, [A, B])
 rc, out, err = run(two, "--top", "3", "--range", "1:4:loop", "--range", "4:6")
 total = 2 + 44 + 16 + 10 + 20 + 8
-check("two kernels: exit 0", rc == 0, "rc=%d %s" % (rc, err.strip()))
-check("two kernels: both reported", out.count("== kernel ") == 2 and "kernel_b" in out,
+expect("two kernels: exit 0", rc == 0, "rc=%d %s" % (rc, err.strip()))
+expect("two kernels: both reported", out.count("== kernel ") == 2 and "kernel_b" in out,
       "%d kernel headers" % out.count("== kernel "))
-check("totals", "instructions 6, executed 60, stall samples %d" % total in out,
+expect("totals", "instructions 6, executed 60, stall samples %d" % total in out,
       [l for l in out.splitlines() if l.startswith("instructions")][:1])
 want = "by reason: long_sb %.1f%%, dispatch %.1f%%" % (100.0 * 40 / total, 100.0 * 18 / total)
-check("reason shares, largest first", want in out,
+expect("reason shares, largest first", want in out,
       [l for l in out.splitlines() if l.startswith("by reason")][:1])
-check("range per pass", "range loop: %.1f%% of the samples, 48 instructions executed, 3.0 per pass"
+expect("range per pass", "range loop: %.1f%% of the samples, 48 instructions executed, 3.0 per pass"
       % (100.0 * 70 / total) in out, [l for l in out.splitlines() if l.startswith("range")])
-check("range with its default name", "range 4:6: %.1f%% of the samples, 8 instructions executed, "
+expect("range with its default name", "range 4:6: %.1f%% of the samples, 8 instructions executed, "
       "2.0 per pass" % (100.0 * 28 / total) in out,
       [l for l in out.splitlines() if l.startswith("range 4")])
 top = [l.split()[0] for l in out.split("top 3 instructions")[1].splitlines()[1:4]]
-check("top list in sample order", top == ["1", "4", "2"], top)
-check("a kernel without samples says so", "(no samples" in out, "")
+expect("top list in sample order", top == ["1", "4", "2"], top)
+expect("a kernel without samples says so", "(no samples" in out, "")
 rc, out, err = run(two, "--kernel", "1")
-check("--kernel 1 alone", rc == 0 and out.count("== kernel ") == 1 and "kernel_b" in out, out[:80])
+expect("--kernel 1 alone", rc == 0 and out.count("== kernel ") == 1 and "kernel_b" in out, out[:80])
 
 sep = os.path.join(WORK, "thousands.csv")
 big = ("void big()", [("FFMA R1, R2, R3, R1", 1234567, {"selected": 2500, "wait": 1500})])
 write(sep, [big], thousands=True)
 rc, out, err = run(sep)
-check("thousands separators", rc == 0 and "executed 1234567, stall samples 4000" in out,
+expect("thousands separators", rc == 0 and "executed 1234567, stall samples 4000" in out,
       [l for l in out.splitlines() if l.startswith("instructions")][:1])
 
 for name, args, needle in [
@@ -116,8 +117,8 @@ for name, args, needle in [
         write(args[0], [A], header_extra=False)
     rc, out, err = run(*args)
     lines = err.strip().splitlines()
-    check(name, rc == 2 and len(lines) == 1 and needle in lines[0] and lines[0].startswith("error:"),
-          "rc=%d stderr=%r" % (rc, err.strip()))
+    one_line = len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+    expect(name, rc == 2 and one_line, "rc=%d stderr=%r" % (rc, err.strip()))
 
-print("test_ncu_hotspots: %s" % ("all passed" if failed == 0 else "%d failed" % failed))
-sys.exit(1 if failed else 0)
+print("test_ncu_hotspots: %s" % ("all passed" if not failures else "%d failed" % len(failures)))
+sys.exit(1 if failures else 0)
