@@ -1,6 +1,6 @@
 // device_utils.cuh: small device helpers shared by the kernel files: 16-byte vector access,
-// warp reductions (xor butterfly, so every lane ends with the same, order-fixed result), and
-// alignment and rounding helpers.
+// warp reductions (xor butterfly, so every lane ends with the same, order-fixed result),
+// exp2 and reciprocal on the special-function unit, and alignment and rounding helpers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +25,20 @@ __device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
 template <int kVec, typename T>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
     *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+// 2^x and 1/x on the special-function unit, flush-to-zero forms: without .ftz the compiler
+// adds a range check and two multiplies per call to produce denormal results, which no caller
+// needs (probabilities and GELU terms below 2^-126 round away anyway).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float fast_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ float warp_sum(float x) {

@@ -34,6 +34,7 @@
 
 #include "arch.cuh"
 #include "check.h"
+#include "device_utils.cuh"
 #include "flash_attention.cuh"
 #include "flash_attention_sm90.cuh"
 #include "nvtx.h"
@@ -90,14 +91,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x on the SFU, denormal results flushed to 0 (exp2f adds a range check and two multiplies
-// per call to produce denormals; probabilities below 2^-126 do not matter here).
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "context.cuh"
+#include "device_utils.cuh"
 #include "flash_attention.cuh"
 #include "sm90.cuh"
 
@@ -123,12 +124,6 @@ __device__ __forceinline__ Tile schedule_tile(const TileSchedule& s, int i) {
     const int u = (int)(pair % per_head);
     if (i % 2 == 1 && u == s.n - 1 - u) return Tile{0, 0, false, false};
     return Tile{(int)(pair / per_head), i % 2 == 0 ? u : s.n - 1 - u, false, true};
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 // One arrival per consumer warp on an "empty" barrier, once the warp's wgmmas that read the

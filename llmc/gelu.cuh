@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "context.cuh"
+#include "device_utils.cuh"
 #include "precision.cuh"
 
 namespace llmc {
@@ -32,20 +33,10 @@ constexpr float kGeluCube = 0.044715f;
 // -2 sqrt(2/pi) log2(e): e^-2u = 2^(x (kGeluExp + kGeluExp * 0.044715 x^2)).
 constexpr float kGeluExp = -2.0f * kGeluScale * 1.4426950408889634f;
 
-__device__ __forceinline__ float ex2_approx(float v) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
-__device__ __forceinline__ float rcp_approx(float v) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
 // s = 0.5 (1 + tanh u) for x, given x^2.
 __device__ __forceinline__ float gelu_logistic(float x, float x2) {
     const float v = x * fmaf(x2, kGeluExp * kGeluCube, kGeluExp);
-    return rcp_approx(1.0f + ex2_approx(v));
+    return fast_rcp(1.0f + fast_exp2(v));
 }
 __device__ __forceinline__ float gelu_tanh(float x) { return x * gelu_logistic(x, x * x); }
 // d/dx of gelu_tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = tanh u = 2 s - 1, i.e.
