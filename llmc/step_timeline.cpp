@@ -13,7 +13,7 @@ namespace {
 constexpr const char* kFamilyNames[kNumFamilies] = {
     "GEMM (cuBLASLt, ours)",
     "flash forward",
-    "flash backward (dq, dkdv, bias reduce)",
+    "flash backward (dq, dkdv, fused, row stats, bias reduce)",
     "layernorm forward (+ residual)",
     "layernorm backward (+ weight/bias reduce)",
     "classifier (softmax, loss)",
@@ -62,10 +62,11 @@ int kernel_family(const TraceRecord& r) {
     if (r.kind == TraceKind::kMemcpy) return kFamMemcpy;
     std::string n = r.name;
     std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (has(n, "qkv_bias_reduce")) return kFamFlashBackward;
+    // The Hopper fused backward's helper (backward_row_stats_kernel) is named without "flash".
+    if (has(n, "qkv_bias_reduce") || has(n, "backward_row_stats")) return kFamFlashBackward;
     if (has(n, "flash")) {
         const bool backward = has(n, "backward") || has(n, "bwd") || has(n, "_dq") ||
-                              has(n, "dkdv") || has(n, "dk_dv");
+                              has(n, "dkdv") || has(n, "dk_dv") || has(n, "fused");
         return backward ? kFamFlashBackward : kFamFlashForward;
     }
     if (has(n, "layernorm_backward") || has(n, "layernorm_param_grads")) {

@@ -109,6 +109,12 @@ void test_families() {
         {"void (anonymous namespace)::flash_attention_backward_dkdv_kernel<64>()",
          kFamFlashBackward},
         {"void (anonymous namespace)::qkv_bias_reduce_kernel()", kFamFlashBackward},
+        // The Hopper kernels: the fused backward and its row statistics are backward work.
+        {"void llmc::<unnamed>::flash_attention_sm90_forward_kernel<64, 3, true, false, false>()",
+         kFamFlashForward},
+        {"void llmc::<unnamed>::flash_attention_sm90_fused_kernel<64, 4, false>()",
+         kFamFlashBackward},
+        {"void llmc::<unnamed>::backward_row_stats_kernel<64>()", kFamFlashBackward},
         {"void (anonymous namespace)::fused_classifier_online_softmax_kernel<8>()", kFamClassifier},
         {"void (anonymous namespace)::loss_accumulate_block_sum_kernel()", kFamClassifier},
         {"void (anonymous namespace)::encoder_backward_token_runs_kernel<8>()", kFamEncoder},
