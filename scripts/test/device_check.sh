@@ -16,8 +16,8 @@
 #             on test_wgmma_tiles (the reason is at the stage)
 #   benchops  dev/bench/bench_ops of both precisions, dev/bench/bench_attention if present
 #   hotspots  on sm_90 with ncu: warp-stall samples per SASS instruction of our Hopper kernels
-#             (the GELU GEMMs in bench_gelu_gemm at 65536 rows, the flash attention forward
-#             and backward in bench_attention at B=64 T=1024), summed by
+#             (the GELU GEMMs in bench_gelu_gemm at 65536 rows, the flash attention forward,
+#             fused backward and dq / dk/dv kernels in bench_attention at B=64 T=1024), summed by
 #             scripts/bench/ncu_hotspots.py (about a minute; the CSVs stay in the logs)
 #   bench     scripts/bench/bench.sh with its four default configs (ours vs PyTorch compile)
 #   compare   scripts/bench/compare_precision.sh -p 1 (fp32 vs bf16 loss curves, 200 steps; PyTorch's own
@@ -280,7 +280,11 @@ if want hotspots; then
             build/bf16/dev/bench/bench_gelu_gemm --rows 65536
         step hotspots_flash_forward hot hot_flash_forward flash_attention_sm90_forward 1 \
             build/bf16/dev/bench/bench_attention --shape 64,1024,12,64
-        step hotspots_flash_backward hot hot_flash_backward 'flash_attention_sm90_(fused|dq|dkdv)' \
+        # The fused backward (the trainer's at B=64), then the dq and dk/dv kernels (its B=4 one);
+        # bench_attention times the two kernels first.
+        step hotspots_flash_fused hot hot_flash_fused flash_attention_sm90_fused 1 \
+            build/bf16/dev/bench/bench_attention --shape 64,1024,12,64
+        step hotspots_flash_backward hot hot_flash_backward 'flash_attention_sm90_(dq|dkdv)' \
             2 build/bf16/dev/bench/bench_attention --shape 64,1024,12,64
         grep -hE "^== kernel|^instructions|^by reason" "$LOGS"/hotspots_*.log
     fi
