@@ -15,6 +15,8 @@
 // (run it with LLMC_BRANCHES=0 LLMC_PDL=0 LLMC_LAYERNORM_BACKWARD_VARIANT=1
 // LLMC_CLASSIFIER_VARIANT=0 to exercise the recompute modes with the other settings). The
 // classifier runs in three chunks (the last one shorter), so the chunked path is what is compared.
+// Last, the batch as micro-steps of gradient accumulation, its gradients set to NaN before the
+// step: every gradient written, and against PyTorch again (accumulation_checks).
 // Exits 1 on any mismatch; the last line gives the worst error / bound ratio per quantity. The bf16
 // build's bounds are a multiple of PyTorch's own bf16 autocast error on the same batch (the dump's
 // trailer, version 2 or 3); the fp32 build's are fixed with TF32 off and a multiple of PyTorch's
@@ -423,6 +425,76 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
     return ok;
 }
 
+// Gradient accumulation and the first micro-step's writes. The dump's batch as `accum`
+// micro-steps of B / accum rows (2 of B/2 when B is even, else B of one row): the step's
+// gradients go through both ways a gradient kernel can store (the first micro-step writes each
+// gradient, the old contents unread; the later ones add to it). Before the step every gradient
+// element is set to NaN but wpe's rows >= T (the backward never writes those: they keep
+// gpt2_create's zeros), so a kernel of the first micro-step that read a gradient instead of
+// writing it leaves NaN behind: every gradient after the step must be finite. With B even they
+// must also pass the same per-tensor bounds against PyTorch as the one-micro-step run (section
+// 2: the accumulation adds one bf16 rounding of the half-batch sums, as a data-parallel
+// reduction does); with B odd there are B - 1 such roundings, which those bounds were not set
+// for.
+bool accumulation_checks(const Context& ctx, const GPT2Config& cfg,
+                         const std::vector<float>& params, const DebugState& st,
+                         const AdamWHyper& hyper, int recompute, bool graph, const Bounds& bounds,
+                         Worst* worst) {
+    const int micro = st.B % 2 == 0 ? st.B / 2 : 1, accum = st.B / micro;
+    const size_t rows = (size_t)micro * st.T;  // tokens per micro-step
+    Training t;
+    gpt2_create(ctx, &t.model, cfg, params, micro, st.T, model_options(recompute, rows));
+    optimizer_create(ctx, &t.opt, t.model.layout, params, hyper);
+    train_step_create(&t.step, &t.model, &t.opt, accum);
+    for (int m = 0; m < accum; m++) {
+        std::memcpy(t.step.io.tokens + 2 * m * rows, st.x.data() + m * rows, rows * sizeof(int));
+        std::memcpy(t.step.io.tokens + (2 * m + 1) * rows, st.y.data() + m * rows,
+                    rows * sizeof(int));
+    }
+    const ParamLayout lay = param_layout(cfg);
+    const size_t wpe_written = lay.offsets[kWpe] + (size_t)st.T * cfg.channels;
+    const size_t wpe_end = lay.offsets[kWpe] + lay.sizes[kWpe];
+    LLMC_CUDA_CHECK(cudaMemsetAsync(t.model.grads, 0xFF, t.model.num_params * sizeof(floatX),
+                                    ctx.stream));  // NaN in bf16 and fp32
+    LLMC_CUDA_CHECK(cudaMemsetAsync(t.model.grads + wpe_written, 0,
+                                    (wpe_end - wpe_written) * sizeof(floatX), ctx.stream));
+    t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+    t.step.io.step_values->step = 1;
+    train_step_run(ctx, &t.step, graph);
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    std::vector<float> grads;
+    gpt2_download_grads(ctx, t.model, &grads);
+    bool ok = true;
+    std::printf("gradient accumulation: %d micro-steps of B=%d\n", accum, micro);
+    if (accum == 2) {
+        double ratio = 0.0;
+        for (int i = 0; i < kNumParamTensors; i++) {
+            const bool tensor_ok = compare(
+                kParamNames[i], grads.data() + lay.offsets[i], st.grads.data() + lay.offsets[i],
+                lay.sizes[i], bounds.grads[i], bounds.base_grads[i], bounds.base_name, &ratio);
+            worst->grads = std::max(worst->grads, ratio);
+            ok = ok && tensor_ok;
+        }
+    }
+    size_t first = grads.size();
+    for (size_t i = 0; i < grads.size() && first == grads.size(); i++) {
+        if (!std::isfinite(grads[i])) first = i;
+    }
+    if (first != grads.size()) {
+        std::printf(
+            "gradient accumulation: gradients set to NaN before the step are not all "
+            "written: first NaN at [%zu]  FAIL\n",
+            first);
+        ok = false;
+    } else {
+        std::printf(
+            "gradient accumulation: every gradient set to NaN before the step written "
+            "(%zu values finite)  ok\n",
+            grads.size());
+    }
+    return ok;
+}
+
 // One model's run on the dump's batch: the loss before each of max(1, n_steps) AdamW steps,
 // the gradients of the first step and the parameters after the last.
 struct StepRun {
@@ -592,6 +664,9 @@ int main(int argc, char** argv) {
     // 6. Every step switch flipped: the same gradients and losses (see same_run_with_switches).
     tally.record(same_run_with_switches(&ctx, cfg, params, st, hyper, opt.recompute, opt.graph != 0,
                                         run.grads, run.step_losses));
+    // 7. Gradient accumulation, and no stale gradients (see accumulation_checks).
+    tally.record(accumulation_checks(ctx, cfg, params, st, hyper, opt.recompute, opt.graph != 0,
+                                     bounds, &worst));
     std::printf("worst err/bound: logits %.3f loss %.3f grads %.3f steps %.3f\n", worst.logits,
                 worst.loss, worst.grads, worst.steps);
     std::printf("test_gpt2cu: %d passed, %d failed\n", tally.passed, tally.failed);

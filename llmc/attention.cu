@@ -291,11 +291,11 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias) {
+                        int NH, floatX* dbias, bool accumulate_dbias) {
     NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
-    flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH, 0, 0,
-                             dbias);
+    flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH, 0, 0, dbias,
+                             FlashPath::kAuto, accumulate_dbias);
     return dbias != nullptr;
 }
 
@@ -318,7 +318,7 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* /*dbias: left to the caller*/) {
+                        int NH, floatX* /*dbias: left to the caller*/, bool /*accumulate_dbias*/) {
     NvtxRange range("attention_backward");
     attention_backward_cublas(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     return false;

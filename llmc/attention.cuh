@@ -7,8 +7,9 @@
 //                       backward.
 //   attention_backward: dqkv (B, T, 3C) OVERWRITTEN with dL/dqkv, from dout, qkv, out and lse.
 //                       Given dbias (3C), the bf16 build also adds the qkv bias gradient (column
-//                       sums of dqkv) into it and returns true; the fp32 build returns false
-//                       and leaves it to the caller (matmul_backward).
+//                       sums of dqkv) into it (writes it, unread, without accumulate_dbias)
+//                       and returns true; the fp32 build returns false and leaves it to the
+//                       caller (matmul_backward).
 // `scratch` is a buffer shared by all layers (attention_scratch_bytes). The bf16 build runs the
 // fused flash kernels (flash_attention.cuh): scratch is D = dout . out (B*NH*T floats) and the
 // bias partials, and
@@ -31,7 +32,7 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias = nullptr);
+                        int NH, floatX* dbias = nullptr, bool accumulate_dbias = true);
 
 // The cuBLASLt path in either build (the fp32 build's attention_*; the benchmark compares it
 // with flash in the bf16 build). Its scratch holds two T x T score areas per (b, h).

@@ -349,7 +349,7 @@ void fused_classifier(const Context& ctx, floatX* logits, float* losses, const i
 void classifier_chunked(const Context& ctx, floatX* logits, float* losses, floatX* dlnf,
                         floatX* dwte, const floatX* lnf, const floatX* wte, const int* targets,
                         float dloss, int N, int C, int V, int Vp, int chunk_rows,
-                        floatX* logits_copy) {
+                        floatX* logits_copy, bool accumulate_dwte) {
     NvtxRange range("classifier_chunked");
     LLMC_CHECK(N > 0 && C > 0 && chunk_rows > 0,
                "classifier_chunked: bad shape N=%d C=%d chunk_rows=%d", N, C, chunk_rows);
@@ -370,8 +370,9 @@ void classifier_chunked(const Context& ctx, floatX* logits, float* losses, float
         }
         fused_classifier(ctx, logits, losses + r0, targets + r0, dloss, rows, V, Vp, backward);
         if (backward) {
+            // The first chunk writes dwte without accumulate_dwte; the rest add to it.
             matmul_backward(ctx, dlnf + (size_t)r0 * C, dwte, nullptr, nullptr, logits, x, wte,
-                            rows, C, Vp);
+                            rows, C, Vp, nullptr, accumulate_dwte || r0 > 0);
         }
     }
 }

@@ -8,7 +8,8 @@
 //   logits = lnf[rows] @ wte^T;  fused_classifier (losses[rows]; dlogits in place if backward)
 //   backward (dlnf and dwte given): dlnf[rows] = dlogits @ wte (overwritten),
 //                                   dwte += dlogits^T @ lnf[rows] (accumulates, chunk by chunk
-//                                   in row order: deterministic)
+//                                   in row order: deterministic; without accumulate_dwte
+//                                   the first chunk writes dwte, its old contents unread)
 // logits_copy, when given (forward only), is an (N, Vp) buffer that receives every chunk's
 // logits (for tests).
 // loss_accumulate: *loss (one float) += sum(losses) * scale in a fixed order (deterministic);
@@ -25,7 +26,7 @@ void fused_classifier(const Context& ctx, floatX* logits, float* losses, const i
 void classifier_chunked(const Context& ctx, floatX* logits, float* losses, floatX* dlnf,
                         floatX* dwte, const floatX* lnf, const floatX* wte, const int* targets,
                         float dloss, int N, int C, int V, int Vp, int chunk_rows,
-                        floatX* logits_copy = nullptr);
+                        floatX* logits_copy = nullptr, bool accumulate_dwte = true);
 
 void loss_accumulate(const Context& ctx, float* loss, const float* losses, int N, float scale);
 

@@ -1,6 +1,7 @@
 // device_utils.cuh: small device helpers shared by the kernel files: 16-byte vector access,
 // warp reductions (xor butterfly, so every lane ends with the same, order-fixed result),
-// exp2 and reciprocal on the special-function unit, and alignment and rounding helpers.
+// exp2 and reciprocal on the special-function unit, alignment and rounding helpers, and the
+// write of a gradient element (added to, or overwriting, what the buffer holds).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,14 @@ __device__ __forceinline__ Vec<T, kVec> load_vec(const T* p) {
 template <int kVec, typename T>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, kVec>& x) {
     *reinterpret_cast<Vec<T, kVec>*>(p) = x;
+}
+
+// A gradient element's new value from this micro-step's `sum`: added to the value it holds
+// (accumulate), or written over it unread (the first micro-step of a step writes every gradient,
+// so the step needs no zeroing pass over the gradients; gpt2.cuh).
+template <typename T>
+__device__ __forceinline__ void write_grad(T* dst, float sum, bool accumulate) {
+    *dst = from_float<T>(accumulate ? to_float(*dst) + sum : sum);
 }
 
 // 2^x and 1/x on the special-function unit, flush-to-zero forms: without .ftz the compiler

@@ -9,7 +9,9 @@
 //     2. one block column per run start sums the run's dout rows in that order, in float, and
 //        adds the sum into the token's dwte row once. A token has exactly one run, so no two
 //        blocks write the same row and no atomics are needed;
-//     3. dwpe[t,:] += sum over b = 0..B-1 of dout[b,t,:], in that order.
+//     3. dwpe[t,:] += sum over b = 0..B-1 of dout[b,t,:], in that order (= without
+//        accumulate_dwpe: rows t < T written unread, rows >= T left alone). dwte always adds:
+//        the tied head's gradient is already there (and rows of absent tokens are not written).
 //     bytes ~= sizeof(floatX) * (2*N*C + 2*U*C + 2*T*C) + sort, U = number of distinct tokens
 // Scratch (encoder_backward_scratch_bytes): positions, sorted ids, sorted positions (N ints
 // each) and CUB's temporary storage, each region 256-byte aligned.
@@ -33,14 +35,16 @@ constexpr int kRunThreads = 128;  // threads per block of the per-run sum (one p
 constexpr size_t kScratchAlign = 256;
 
 // One thread per pack of kVec channels of one (b, t) row.
-// row[0..kVec) += acc, as one aligned vector read and write: the one store of a gradient row
-// pack in the encoder's backward (each pack has exactly one writer, so no atomics).
+// row[0..kVec) += acc (or = acc without accumulate, the row unread), as one aligned vector
+// access: the one store of a gradient row pack in the encoder's backward (each pack has exactly
+// one writer, so no atomics).
 template <int kVec>
-__device__ __forceinline__ void add_to_row(floatX* row, const float* acc) {
-    Vec<floatX, kVec> w = load_vec<kVec>(row);
+__device__ __forceinline__ void add_to_row(floatX* row, const float* acc, bool accumulate = true) {
+    Vec<floatX, kVec> w;
+    if (accumulate) w = load_vec<kVec>(row);
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
-        w.v[k] = from_float<floatX>(to_float(w.v[k]) + acc[k]);
+        w.v[k] = from_float<floatX>(accumulate ? to_float(w.v[k]) + acc[k] : acc[k]);
     }
     store_vec<kVec>(row, w);
 }
@@ -120,7 +124,7 @@ __global__ void encoder_backward_token_runs_kernel(floatX* __restrict__ dwte,   
 template <int kVec>
 __global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,        // (maxT, C)
                                                   const floatX* __restrict__ dout,  // (B, T, C)
-                                                  int B, int T, int C) {
+                                                  int B, int T, int C, bool accumulate) {
     pdl_wait();
     pdl_launch_dependents();
     const int packs_per_row = C / kVec;
@@ -142,7 +146,7 @@ __global__ void encoder_backward_positions_kernel(floatX* __restrict__ dwpe,    
             acc[k] += to_float(d.v[k]);
         }
     }
-    add_to_row<kVec>(dwpe + (size_t)t * C + c, acc);
+    add_to_row<kVec>(dwpe + (size_t)t * C + c, acc, accumulate);
 }
 
 struct EncoderScratch {
@@ -175,8 +179,8 @@ EncoderScratch encoder_scratch_layout(void* base, int N) {
 
 template <int kVec>
 void launch_encoder_backward_sums(const Context& ctx, floatX* dwte, floatX* dwpe,
-                                  const EncoderScratch& s, const floatX* dout, int B, int T,
-                                  int C) {
+                                  const EncoderScratch& s, const floatX* dout, int B, int T, int C,
+                                  bool accumulate_dwpe) {
     const int N = B * T;
     const int packs_per_row = C / kVec;
     const dim3 run_grid(N, (packs_per_row + kRunThreads - 1) / kRunThreads);
@@ -184,7 +188,7 @@ void launch_encoder_backward_sums(const Context& ctx, floatX* dwte, floatX* dwpe
                   0, dwte, dout, s.sorted_tokens, s.sorted_positions, N, C);
     const int pos_blocks = (T * packs_per_row + kThreads - 1) / kThreads;
     launch_kernel(ctx, ctx.stream, encoder_backward_positions_kernel<kVec>, pos_blocks, kThreads, 0,
-                  dwpe, dout, B, T, C);
+                  dwpe, dout, B, T, C, accumulate_dwpe);
 }
 
 }  // namespace
@@ -213,7 +217,8 @@ size_t encoder_backward_scratch_bytes(int B, int T) {
 }
 
 void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scratch,
-                      const floatX* dout, const int* inp, int B, int T, int C) {
+                      const floatX* dout, const int* inp, int B, int T, int C,
+                      bool accumulate_dwpe) {
     NvtxRange range("encoder_backward");
     LLMC_CHECK(B > 0 && T > 0 && C > 0, "encoder_backward: bad shape B=%d T=%d C=%d", B, T, C);
     LLMC_CHECK(scratch != nullptr && reinterpret_cast<uintptr_t>(scratch) % kScratchAlign == 0,
@@ -233,9 +238,9 @@ void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scra
 
     const bool vec = C % kVecX == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
     if (vec) {
-        launch_encoder_backward_sums<kVecX>(ctx, dwte, dwpe, s, dout, B, T, C);
+        launch_encoder_backward_sums<kVecX>(ctx, dwte, dwpe, s, dout, B, T, C, accumulate_dwpe);
     } else {
-        launch_encoder_backward_sums<1>(ctx, dwte, dwpe, s, dout, B, T, C);
+        launch_encoder_backward_sums<1>(ctx, dwte, dwpe, s, dout, B, T, C, accumulate_dwpe);
     }
 }
 

@@ -522,13 +522,14 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 // so B * ceil(T / kBiasMinRows) partial rows per part fit the scratch.
 constexpr int kBiasMinRows = 64;
 
-// dbias (3C) += column sums of the partial rows: the q columns c < C from part_q (rows_q, C), the
-// k and v columns from part_kv (rows_kv, 2C). Block: 32 columns x kBiasGroups groups; group y adds
-// rows y, y + kBiasGroups, ... in order, then group 0 adds the groups in order.
+// dbias (3C) += column sums of the partial rows (= without accumulate): the q columns c < C from
+// part_q (rows_q, C), the k and v columns from part_kv (rows_kv, 2C). Block: 32 columns x
+// kBiasGroups groups; group y adds rows y, y + kBiasGroups, ... in order, then group 0 adds the
+// groups in order.
 constexpr int kBiasGroups = 32;
 __global__ void __launch_bounds__(32 * kBiasGroups)
     qkv_bias_reduce_kernel(bf16* __restrict__ dbias, const float* __restrict__ part_q, int rows_q,
-                           const float* __restrict__ part_kv, int rows_kv, int C) {
+                           const float* __restrict__ part_kv, int rows_kv, int C, bool accumulate) {
     __shared__ float group_sums[kBiasGroups][32];
     const int col = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
@@ -546,7 +547,7 @@ __global__ void __launch_bounds__(32 * kBiasGroups)
     float total = 0.0f;
 #pragma unroll
     for (int g = 0; g < kBiasGroups; g++) total += group_sums[g][threadIdx.x];
-    dbias[col] = __float2bfloat16(__bfloat162float(dbias[col]) + total);
+    write_grad(dbias + col, total, accumulate);
 }
 
 // Per-row values of a query tile into shared memory by cp.async (a plain load would stall the
@@ -1231,7 +1232,7 @@ bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
                               int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias,
-                              FlashPath path) {
+                              FlashPath path, bool accumulate_dbias) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
@@ -1253,7 +1254,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
             dkdv_variant, fused ? kBackwardFused : kBackwardDq | kBackwardDkdv);
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
-                dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C);
+                dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C, accumulate_dbias);
             LLMC_CUDA_CHECK_LAST();
         }
         return;
@@ -1283,7 +1284,7 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
     });
     if (dbias != nullptr) {
         qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
-            dbias, part_q, rows_q, part_kv, rows_kv, C);
+            dbias, part_q, rows_q, part_kv, rows_kv, C, accumulate_dbias);
         LLMC_CUDA_CHECK_LAST();
     }
 }

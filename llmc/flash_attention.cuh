@@ -60,11 +60,13 @@ void flash_attention_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
                              const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                              int variant = 0, FlashPath path = FlashPath::kAuto);
 
-// With path kAuto, both variants must be 0 (each path's default).
+// With path kAuto, both variants must be 0 (each path's default). dbias (3C, the qkv bias
+// gradient, may be null) += the column sums of dqkv; written, unread, without accumulate_dbias.
 void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scratch,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                               int HS, int dq_variant = 0, int dkdv_variant = 0,
-                              __nv_bfloat16* dbias = nullptr, FlashPath path = FlashPath::kAuto);
+                              __nv_bfloat16* dbias = nullptr, FlashPath path = FlashPath::kAuto,
+                              bool accumulate_dbias = true);
 
 }  // namespace llmc

@@ -119,22 +119,24 @@ void point_tensors(floatX* base, const ParamLayout& layout, floatX** out) {
 // the input gradient and then the weight gradient run on ctx.stream and the mark is null.
 // With pre_gelu, gelu_dbias and gelu_done: *gelu_done tells whether the input gradient also
 // added the GELU layer's bias gradient to gelu_dbias (matmul_backward_input).
-cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, floatX* dinp,
-                            floatX* dweight, floatX* dbias, float* dbias_scratch,
+cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, bool accumulate,
+                            floatX* dinp, floatX* dweight, floatX* dbias, float* dbias_scratch,
                             const floatX* dout, const floatX* inp, const floatX* weight, int N,
                             int IC, int OC, const floatX* pre_gelu = nullptr,
                             floatX* gelu_dbias = nullptr, float* gelu_dbias_scratch = nullptr,
                             bool* gelu_done = nullptr) {
     cudaEvent_t done = nullptr;
     if (weight_on_branch) {
-        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true);
+        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true,
+                               accumulate);
         done = branch_mark(ctx);
     }
     const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu,
-                                             gelu_dbias, gelu_dbias_scratch);
+                                             gelu_dbias, gelu_dbias_scratch, accumulate);
     if (gelu_done != nullptr) *gelu_done = fused;
     if (!weight_on_branch) {
-        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC);
+        matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, false,
+                               accumulate);
     }
     return done;
 }
@@ -283,19 +285,23 @@ void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
         fused_residual_layernorm_forward(ctx, a.residual3.at(l), ln_out, mean, rstd,
                                          a.residual2.at(l), a.proj_out, w, b, N, C);
     }
-    // When the step zeroes the gradients and the loss on the branch (train_step.cu), that is done
-    // before the first write to either (the classifier's dwte, then the loss sum).
+    // When the step zeroes the loss on the branch (train_step.cu), that is done before the loss
+    // sum adds to it.
     branch_wait(ctx, args.zeroed);
     const bool backward = args.backward_classifier;
     classifier_chunked(ctx, a.logits, a.losses, backward ? a.dln : nullptr,
                        backward ? m->grad[kWte] : nullptr, a.lnf, p[kWte], batch.targets,
                        args.loss_scale, N, C, cfg.vocab_size, cfg.padded_vocab_size, m->chunk_rows,
-                       args.logits_copy);
+                       args.logits_copy, args.accumulate_grads);
     if (args.d_loss != nullptr) loss_accumulate(ctx, args.d_loss, a.losses, N, args.loss_scale);
 }
 
-// Backward of the forward above; gradients accumulate into m->grads. Needs the activations of
-// the forward pass just run with backward_classifier = true, and the dlnf it left in acts.dln.
+// Backward of the forward above; gradients accumulate into m->grads, or are written (accumulate
+// false: the first micro-step of a step, no zeroing pass before it). Needs the activations of
+// the forward pass just run with backward_classifier = true (and the same accumulate_grads), and
+// the dlnf it left in acts.dln. Every gradient element but wpe's rows >= T is written by some
+// kernel of this backward or the classifier's: each writer takes `accumulate`, except the
+// encoder's dwte, which adds to the classifier's.
 //
 // Graph branches (ctx.branches, context.cuh): with kBranchGemms each layer's four weight-gradient
 // GEMMs (and the fc bias sums) run on the branch stream, beside the chain of input gradients,
@@ -311,8 +317,8 @@ void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
 // slower at d12 B=4 and B=64 (the performance log in docs/ has the figures): here the weight
 // GEMMs, half of the backward's work, may go beside the chain, and each switch can be measured
 // alone (scripts/bench/step_profile.sh --ab).
-void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEvent_t zeroed,
-                   GradReadyHook* hook) {
+void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool accumulate,
+                   cudaEvent_t zeroed, GradReadyHook* hook) {
     NvtxRange range("backward");
     const GPT2Config& cfg = m->cfg;
     LLMC_CHECK(batch.B == m->B && batch.T == m->T,
@@ -341,7 +347,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
     // gradients from the layernorm backward that writes dresidual (layernorm.cuh).
     layernorm_backward(ctx, a.dresidual, g[kLnfw], g[kLnfb], a.ln_scratch, a.dln,
                        a.residual3.at(L - 1), p[kLnfw], a.lnf_mean, a.lnf_rstd, N, C,
-                       g[kFcprojb] + at(kFcprojb, L - 1), reduces_on_branch);
+                       g[kFcprojb] + at(kFcprojb, L - 1), reduces_on_branch, accumulate);
     cudaEvent_t ln_reduced = mark_if(reduces_on_branch);  // the last layernorm reduction
     cudaEvent_t qkv_weight_done = nullptr;                // the layer above's qkv weight gradient
     // The hook hears of each gradient group as soon as it is final (multi-GPU: its reduction
@@ -367,7 +373,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
         // The fc bias gradient comes from the DGELU product where our kernel runs it.
         bool fc_bias_done = false;
         cudaEvent_t fcproj_weight_done = linear_backward(
-            ctx, gemms_on_branch, a.dfch, g[kFcprojw] + at(kFcprojw, l),
+            ctx, gemms_on_branch, accumulate, a.dfch, g[kFcprojw] + at(kFcprojw, l),
             /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
             a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C, a.fch.at(l),
             g[kFcb] + at(kFcb, l), a.dgelu_bias_scratch, &fc_bias_done);
@@ -377,41 +383,43 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, cudaEven
                               a.residual2.at(l), p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         }
         cudaEvent_t fc_weight_done =
-            linear_backward(ctx, gemms_on_branch, a.dln, g[kFcw] + at(kFcw, l),
+            linear_backward(ctx, gemms_on_branch, accumulate, a.dln, g[kFcw] + at(kFcw, l),
                             fc_bias_done ? nullptr : g[kFcb] + at(kFcb, l), a.dbias_scratch, a.dfch,
                             a.ln2.at(l), p[kFcw] + at(kFcw, l), N, C, 4 * C);
         branch_wait(ctx, gemms_on_branch ? fcproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn2w] + l * C, g[kLn2b] + l * C, a.ln_scratch,
                            a.dln, a.residual2.at(l), p[kLn2w] + l * C, a.ln2_mean.at(l),
                            a.ln2_rstd.at(l), N, C, g[kAttprojb] + at(kAttprojb, l),
-                           reduces_on_branch);
+                           reduces_on_branch, accumulate);
         ln_reduced = mark_if(reduces_on_branch);
         // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
-        cudaEvent_t attproj_weight_done =
-            linear_backward(ctx, gemms_on_branch, a.datty, g[kAttprojw] + at(kAttprojw, l),
-                            /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch,
-                            a.dresidual, a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C);
+        cudaEvent_t attproj_weight_done = linear_backward(
+            ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
+            /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
+            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C);
         floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
-                               a.att_lse.at(l), B, T, C, NH, dqkvb);
+                               a.att_lse.at(l), B, T, C, NH, dqkvb, accumulate);
         if (recompute >= 2) {
             branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
                               p[kLn1w] + l * C, p[kLn1b] + l * C, N, C);
         }
-        qkv_weight_done = linear_backward(ctx, gemms_on_branch, a.dln, g[kQkvw] + at(kQkvw, l),
-                                          qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv,
-                                          a.ln1.at(l), p[kQkvw] + at(kQkvw, l), N, C, 3 * C);
+        qkv_weight_done =
+            linear_backward(ctx, gemms_on_branch, accumulate, a.dln, g[kQkvw] + at(kQkvw, l),
+                            qkv_bias_done ? nullptr : dqkvb, a.dbias_scratch, a.dqkv, a.ln1.at(l),
+                            p[kQkvw] + at(kQkvw, l), N, C, 3 * C);
         branch_wait(ctx, gemms_on_branch ? attproj_weight_done : ln_reduced);
         layernorm_backward(ctx, a.dresidual, g[kLn1w] + l * C, g[kLn1b] + l * C, a.ln_scratch,
                            a.dln, residual, p[kLn1w] + l * C, a.ln1_mean.at(l), a.ln1_rstd.at(l), N,
                            C, l > 0 ? g[kFcprojb] + at(kFcprojb, l - 1) : nullptr,
-                           reduces_on_branch);
+                           reduces_on_branch, accumulate);
         ln_reduced = mark_if(reduces_on_branch);
         group_done(l);
     }
-    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, batch.inputs, B, T, C);
+    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, batch.inputs, B, T, C,
+                     accumulate);
     // Every gradient is final, and the next step (or micro-step) may overwrite any input.
     if (branched) branch_join(ctx);
     if (hook != nullptr) hook->grads_ready(ctx, L + 1);

@@ -133,8 +133,11 @@ struct GPT2ForwardArgs {
     // Also the classifier's backward of loss_scale * (the sum of the losses): dlnf into
     // acts.dln and dwte += dlogits^T @ lnf (accumulates), ready for gpt2_backward.
     bool backward_classifier = false;
-    // ctx.stream waits for this branch mark before its first write to the gradients or
-    // *d_loss (the training step zeroes them on the graph branch); null: nothing to wait for.
+    // False: the classifier's backward writes dwte instead of adding to it (the first
+    // micro-step of a step; gpt2_backward then takes accumulate = false too).
+    bool accumulate_grads = true;
+    // ctx.stream waits for this branch mark before its first write to *d_loss (the training
+    // step zeroes it on the graph branch); null: nothing to wait for.
     cudaEvent_t zeroed = nullptr;
     // An (B*T, Vp) device buffer that receives every chunk's logits (tests; not with
     // backward_classifier, which overwrites them with dlogits).
@@ -184,11 +187,15 @@ void gpt2_forward(const Context& ctx, GPT2* model, const GPT2Batch& batch,
                   const GPT2ForwardArgs& args);
 
 // Backward of the last gpt2_forward (run on `batch`, of the arena's shape, with
-// backward_classifier), from the dlnf it left; gradients accumulate (+=). `zeroed`: the branch
-// mark after which dresidual is zero (the training step's zeroing on the branch); null: the
-// backward zeroes it on ctx.stream. `hook`, when given, hears of each finished gradient group.
-void gpt2_backward(const Context& ctx, GPT2* model, const GPT2Batch& batch, cudaEvent_t zeroed,
-                   GradReadyHook* hook);
+// backward_classifier), from the dlnf it left. accumulate: gradients accumulate (+=), as in the
+// later micro-steps of gradient accumulation; false: every gradient is written, its old
+// contents unread, as in a step's first micro-step (the forward took accumulate_grads = false
+// too), so no zeroing pass is needed. The elements no backward writes (wpe's rows >= T) keep the
+// zeros of gpt2_create. `zeroed`: the branch mark after which dresidual is zero (the training
+// step's zeroing on the branch); null: the backward zeroes it on ctx.stream. `hook`, when given,
+// hears of each finished gradient group.
+void gpt2_backward(const Context& ctx, GPT2* model, const GPT2Batch& batch, bool accumulate,
+                   cudaEvent_t zeroed, GradReadyHook* hook);
 
 // Copies parameters (as fp32, model-file layout) back to the host.
 void gpt2_download_params(const Context& ctx, const GPT2& model, std::vector<float>* out);

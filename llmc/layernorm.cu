@@ -9,7 +9,8 @@
 //             above.  bytes = sizeof(floatX) * (4*N*C + 2*C) + 8*N
 //   backward: with xhat = (x - mean) * rstd and dn = dout * w,
 //             dinp += rstd * (dn - mean_c(dn) - xhat * mean_c(dn * xhat))
-//             dweight += sum_rows(dout * xhat);  dbias += sum_rows(dout)       (all accumulate)
+//             dweight += sum_rows(dout * xhat);  dbias += sum_rows(dout)       (all accumulate;
+//             the parameter gradients are written instead with accumulate_param_grads false)
 //             bytes = sizeof(floatX) * (4*N*C + 5*C) + 8*N + 16*G*C  (G blocks of partials)
 // One warp per row; the statistics and every sum are in float. The backward's weight and bias
 // gradients are deterministic: each warp sums its rows (in row order) into its own slice of
@@ -788,13 +789,14 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
 }
 
 // Column sums of partials (G, 3C) in a fixed order, added into dweight | dbias | dres_bias (the
-// last only when given: sums = 3, else 2). Block: 32 columns x kReduceGroups groups; group y
-// sums partial rows y, y + groups, ... in order, then group 0 sums the groups in order.
+// last only when given: sums = 3, else 2), or written over them without accumulate. Block: 32
+// columns x kReduceGroups groups; group y sums partial rows y, y + groups, ... in order, then group
+// 0 sums the groups in order.
 __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight,        // (C)
                                                     floatX* __restrict__ dbias,          // (C)
                                                     floatX* __restrict__ dres_bias,      // (C)
                                                     const float* __restrict__ partials,  // (G, 3C)
-                                                    int G, int C, int sums) {
+                                                    int G, int C, int sums, bool accumulate) {
     __shared__ float group_sums[kReduceGroups][kReduceCols];
     pdl_wait();
     pdl_launch_dependents();
@@ -819,7 +821,7 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
     floatX* dst = col < C       ? dweight + col
                   : col < 2 * C ? dbias + (col - C)
                                 : dres_bias + (col - 2 * C);
-    *dst = from_float<floatX>(to_float(*dst) + total);
+    write_grad(dst, total, accumulate);
 }
 
 // The backward's launch shape, a function of the device, (N, C) and the kernel only, so the
@@ -976,7 +978,7 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
                         const float* mean, const float* rstd, int N, int C, floatX* dres_bias,
-                        bool reduce_on_branch) {
+                        bool reduce_on_branch, bool accumulate_param_grads) {
     NvtxRange range("layernorm_backward");
     LLMC_CHECK(N > 0 && C > 0 && C <= kMaxC,
                "layernorm_backward: bad shape N=%d C=%d (C must be at most %d)", N, C, kMaxC);
@@ -1039,7 +1041,7 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     if (reduce_on_branch) branch_fork(ctx);
     launch_kernel(ctx, stream_for(ctx, reduce_on_branch), layernorm_param_grads_reduce_kernel,
                   reduce_blocks, dim3(kReduceCols, kReduceGroups), 0, dweight, dbias, dres_bias,
-                  partials, shape.blocks, C, sums);
+                  partials, shape.blocks, C, sums, accumulate_param_grads);
 }
 
 }  // namespace llmc

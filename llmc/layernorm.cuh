@@ -13,8 +13,10 @@
 //                       dres_bias partials in `scratch`) runs on the branch stream
 //                       (context.cuh: branch_fork first): the caller waits for it (branch_mark /
 //                       branch_wait) before reading those gradients or reusing `scratch`; dinp
-//                       is final on ctx.stream either way. ctx.layernorm_backward_variant picks
-//                       the first kernel where GPT-2's widths take the row-in-registers path
+//                       is final on ctx.stream either way. With accumulate_param_grads false,
+//                       dweight, dbias and dres_bias are written, not added to (unread: no
+//                       zeroing needed); dinp always accumulates. ctx.layernorm_backward_variant
+//                       picks the first kernel where GPT-2's widths take the row-in-registers path
 //                       (layernorm.cu); every variant gives the same bits.
 // Statistics and sums are in float whatever floatX is.
 #pragma once
@@ -39,6 +41,7 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C);
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                         void* scratch, const floatX* dout, const floatX* inp, const floatX* weight,
                         const float* mean, const float* rstd, int N, int C,
-                        floatX* dres_bias = nullptr, bool reduce_on_branch = false);
+                        floatX* dres_bias = nullptr, bool reduce_on_branch = false,
+                        bool accumulate_param_grads = true);
 
 }  // namespace llmc

@@ -29,15 +29,18 @@ namespace {
 
 // Everything that selects a cuBLASLt plan: shape, layouts, batch, epilogue, and the pointer
 // alignment the chosen algorithm may assume.
+// accumulate (beta != 0) is part of the key: a plan autotuned with beta = 1 kept the candidates
+// that round alike over random D values, which says nothing of their bits with beta = 0.
 struct MatmulKey {
     int m, n, k, lda, ldb, ldc, ldaux, batch;
     long long stride_a, stride_b, stride_c;
-    int transa, transb, epilogue, align;
+    int transa, transb, epilogue, align, accumulate;
     bool operator<(const MatmulKey& o) const {
         return std::tie(m, n, k, lda, ldb, ldc, ldaux, batch, stride_a, stride_b, stride_c, transa,
-                        transb, epilogue, align) <
-               std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch, o.stride_a,
-                        o.stride_b, o.stride_c, o.transa, o.transb, o.epilogue, o.align);
+                        transb, epilogue, align,
+                        accumulate) < std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ldaux, o.batch,
+                                               o.stride_a, o.stride_b, o.stride_c, o.transa,
+                                               o.transb, o.epilogue, o.align, o.accumulate);
     }
 };
 
@@ -440,9 +443,9 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     int align = alignment_of(c.A, c.stride_a * es);
     align = std::min(align, alignment_of(c.B, c.stride_b * es));
     align = std::min(align, alignment_of(c.D, c.stride_d * es));
-    MatmulKey key{c.m,        c.n,      c.k,      c.lda,      c.ldb,
-                  c.ldd,      c.ldaux,  c.batch,  c.stride_a, c.stride_b,
-                  c.stride_d, c.transa, c.transb, c.epilogue, align};
+    MatmulKey key{c.m,      c.n,        c.k,        c.lda,         c.ldb,      c.ldd,
+                  c.ldaux,  c.batch,    c.stride_a, c.stride_b,    c.stride_d, c.transa,
+                  c.transb, c.epilogue, align,      c.beta != 0.0f};
     std::map<MatmulKey, MatmulPlan*>& plans = plan_cache(ctx).plans;
     auto it = plans.find(key);
     MatmulPlan* p = nullptr;
@@ -460,13 +463,15 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     LLMC_CUBLAS_CHECK(run_algo(ctx, p, c, &p->algo));
 }
 
-// dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum.
+// dbias[i] += partial[i]: the bias gradient of one micro-step added to the running sum (or
+// written, without accumulate).
 __global__ void bias_grad_accumulate_kernel(floatX* __restrict__ dbias,
-                                            const BiasGradT* __restrict__ partial, int n) {
+                                            const BiasGradT* __restrict__ partial, int n,
+                                            bool accumulate) {
     pdl_wait();
     pdl_launch_dependents();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dbias[i] = from_float<floatX>(to_float(dbias[i]) + to_float(partial[i]));
+    if (i < n) write_grad(dbias + i, to_float(partial[i]), accumulate);
 }
 
 // Bias gradient without cuBLASLt's BGRADB (which runs as a separate, slower reduction kernel;
@@ -513,17 +518,18 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
     }
 }
 
-// dbias (OC) += the sum of partial's `rows` rows, in row order (also our DGELU kernel's
-// partial rows, matmul_sm90.cuh).
+// dbias (OC) += the sum of partial's `rows` rows, in row order (= without accumulate; also our
+// DGELU kernel's partial rows, matmul_sm90.cuh).
 __global__ void bias_backward_reduce_kernel(floatX* __restrict__ dbias,
-                                            const float* __restrict__ partial, int rows, int OC) {
+                                            const float* __restrict__ partial, int rows, int OC,
+                                            bool accumulate) {
     pdl_wait();
     pdl_launch_dependents();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float total = 0.0f;
     for (int r = 0; r < rows; r++) total += partial[(size_t)r * OC + c];
-    dbias[c] = from_float<floatX>(to_float(dbias[c]) + total);
+    write_grad(dbias + c, total, accumulate);
 }
 
 // The vector kernels need whole 16-byte rows; anything else goes through BGRADB.
@@ -532,12 +538,12 @@ bool bias_backward_vectorized(const floatX* dout, int OC) {
 }
 
 void bias_backward(const Context& ctx, cudaStream_t stream, floatX* dbias, float* scratch,
-                   const floatX* dout, int N, int OC) {
+                   const floatX* dout, int N, int OC, bool accumulate) {
     const dim3 grid((OC + kBiasStrip - 1) / kBiasStrip, kBiasRowBlocks);
     launch_kernel(ctx, stream, bias_backward_partial_kernel, grid, kBiasWarps * kWarpSize, 0,
                   scratch, dout, N, OC);
     launch_kernel(ctx, stream, bias_backward_reduce_kernel, (OC + 255) / 256, 256, 0, dbias,
-                  scratch, kBiasRowBlocks, OC);
+                  scratch, kBiasRowBlocks, OC, accumulate);
 }
 
 }  // namespace
@@ -549,12 +555,12 @@ size_t matmul_gelu_bias_scratch_floats(int N, int IC) {
 }
 
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
-                          int N, int OC) {
+                          int N, int OC, bool accumulate) {
     LLMC_CHECK(N > 0 && OC > 0 && bias_backward_vectorized(dout, OC),
                "matmul_bias_backward: needs N, OC > 0, OC a multiple of %d and 16-byte aligned "
                "dout (N=%d OC=%d)",
                kVecX, N, OC);
-    bias_backward(ctx, ctx.stream, dbias, scratch, dout, N, OC);
+    bias_backward(ctx, ctx.stream, dbias, scratch, dout, N, OC, accumulate);
 }
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
@@ -586,7 +592,7 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
 
 bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
                            const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu,
-                           floatX* gelu_dbias, float* gelu_dbias_scratch) {
+                           floatX* gelu_dbias, float* gelu_dbias_scratch, bool accumulate) {
     LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_backward_input: bad shape N=%d IC=%d OC=%d", N,
                IC, OC);
     LLMC_CHECK(gelu_dbias == nullptr || (pre_gelu != nullptr && gelu_dbias_scratch != nullptr),
@@ -595,7 +601,7 @@ bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
         gelu_gemm_applies(ctx, N, IC, OC, {dinp, dout, weight, pre_gelu, gelu_dbias_scratch})) {
         dgelu_gemm_backward(ctx, dinp, gelu_dbias_scratch, dout, weight, pre_gelu, N, IC, OC);
         launch_kernel(ctx, ctx.stream, bias_backward_reduce_kernel, (IC + 255) / 256, 256, 0,
-                      gelu_dbias, gelu_dbias_scratch, dgelu_bias_partial_rows(N), IC);
+                      gelu_dbias, gelu_dbias_scratch, dgelu_bias_partial_rows(N), IC, accumulate);
         return true;
     }
     // dinp^T (IC x N) = W^T (col-major view of W, IC x OC) * dout^T (OC x N)
@@ -617,7 +623,7 @@ bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
 
 void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
                             float* dbias_scratch, const floatX* dout, const floatX* inp, int N,
-                            int IC, int OC, bool on_branch) {
+                            int IC, int OC, bool on_branch, bool accumulate) {
     LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_backward_weight: bad shape N=%d IC=%d OC=%d", N,
                IC, OC);
     LLMC_CHECK(dbias == nullptr || dbias_scratch != nullptr,
@@ -626,14 +632,15 @@ void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
                "matmul_backward_weight: on_branch needs kBranchGemms (the branch's workspace)");
     if (on_branch) branch_fork(ctx);
     const cudaStream_t stream = stream_for(ctx, on_branch);
-    // dW^T (IC x OC) += inp^T (IC x N) * dout (N x OC); BGRADB sums op(B) = dout over N.
+    // dW^T (IC x OC) += inp^T (IC x N) * dout (N x OC) (beta 1; beta 0, D unread, without
+    // accumulate); BGRADB sums op(B) = dout over N.
     LtCall w{};
     w.m = IC, w.n = OC, w.k = N;
     w.transa = false, w.transb = true;
     w.A = inp, w.lda = IC, w.stride_a = 0;
     w.B = dout, w.ldb = OC, w.stride_b = 0;
     w.D = dweight, w.ldd = IC, w.stride_d = 0;
-    w.beta = 1.0f;
+    w.beta = accumulate ? 1.0f : 0.0f;
     w.on_branch = on_branch;
     const bool own_bias_kernel = dbias != nullptr && bias_backward_vectorized(dout, OC);
     if (dbias != nullptr && !own_bias_kernel) {
@@ -642,18 +649,20 @@ void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
     }
     lt_matmul(ctx, w);
     if (own_bias_kernel) {
-        bias_backward(ctx, stream, dbias, dbias_scratch, dout, N, OC);
+        bias_backward(ctx, stream, dbias, dbias_scratch, dout, N, OC, accumulate);
     } else if (dbias != nullptr) {
         launch_kernel(ctx, stream, bias_grad_accumulate_kernel, (OC + 255) / 256, 256, 0, dbias,
-                      reinterpret_cast<const BiasGradT*>(dbias_scratch), OC);
+                      reinterpret_cast<const BiasGradT*>(dbias_scratch), OC, accumulate);
     }
 }
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu) {
+                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu,
+                     bool accumulate) {
     matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu);
-    matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC);
+    matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, false,
+                           accumulate);
 }
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,

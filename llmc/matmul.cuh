@@ -18,6 +18,9 @@
 //                    (matmul_bias_scratch_floats(OC) floats); where dout's rows are not whole
 //                    16-byte vectors, cuBLASLt's BGRADB epilogue into dbias_scratch (float in the
 //                    fp32 build, bf16 in the bf16 build: cuBLASLt takes no other), then added
+//                    With accumulate false, dweight and dbias are written, not added to: their
+//                    old contents are never read (GEMM beta 0), so the first micro-step of a
+//                    step needs no zeroed gradients.
 // Generic:
 //   matmul_strided_batched: for each i < batch,
 //                    C_i (M, N) = alpha * op(A_i) @ op(B_i) + beta * C_i
@@ -43,11 +46,12 @@ size_t matmul_gelu_bias_scratch_floats(int N, int IC);
 // The bias-gradient part alone: dbias (OC) += column sums of dout (N, OC) through `scratch`
 // (OC a multiple of 16 bytes' worth of floatX, dout 16-byte aligned; benchmarks and tests).
 void matmul_bias_backward(const Context& ctx, floatX* dbias, float* scratch, const floatX* dout,
-                          int N, int OC);
+                          int N, int OC, bool accumulate = true);
 
 void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
                      float* dbias_scratch, const floatX* dout, const floatX* inp,
-                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr);
+                     const floatX* weight, int N, int IC, int OC, const floatX* pre_gelu = nullptr,
+                     bool accumulate = true);
 // Its two halves (matmul_backward runs the first, then the second), for a caller that
 // schedules them apart: the input gradient (dinp, with the DGELU epilogue given pre_gelu), and
 // the weight and bias gradients. With on_branch (needs ctx.branches & kBranchGemms) the second
@@ -56,15 +60,16 @@ void matmul_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* 
 // dweight, dbias or dbias_scratch.
 // With pre_gelu and gelu_dbias, where our own DGELU kernel applies (matmul_sm90.cuh), it also
 // adds the column sums of dinp to gelu_dbias (the bias gradient of the layer whose output went
-// through the GELU) through gelu_dbias_scratch (matmul_gelu_bias_scratch_floats(N, IC)) and
-// returns true; otherwise it leaves gelu_dbias alone and returns false.
+// through the GELU; written instead without accumulate) through gelu_dbias_scratch
+// (matmul_gelu_bias_scratch_floats(N, IC)) and returns true; otherwise it leaves gelu_dbias
+// alone and returns false.
 bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
                            const floatX* weight, int N, int IC, int OC,
                            const floatX* pre_gelu = nullptr, floatX* gelu_dbias = nullptr,
-                           float* gelu_dbias_scratch = nullptr);
+                           float* gelu_dbias_scratch = nullptr, bool accumulate = true);
 void matmul_backward_weight(const Context& ctx, floatX* dweight, floatX* dbias,
                             float* dbias_scratch, const floatX* dout, const floatX* inp, int N,
-                            int IC, int OC, bool on_branch = false);
+                            int IC, int OC, bool on_branch = false, bool accumulate = true);
 
 void matmul_strided_batched(const Context& ctx, floatX* C, const floatX* A, const floatX* B, int M,
                             int N, int K, bool trans_a, bool trans_b, int lda, int ldb, int ldc,

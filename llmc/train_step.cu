@@ -12,11 +12,12 @@ namespace {
 
 constexpr double kMiB = 1048576.0;
 
-// Zeroes the gradients and the loss (first micro-step) and copies the step's values in, and
-// zeroes dresidual for this micro-step's backward, on ctx.stream or, with kBranchZeroing, on the
-// branch beside the forward, which does not touch them before the classifier (gpt2_forward
-// waits for the returned mark there; gpt2_backward skips its own memset of dresidual). Returns
-// the branch's mark after the memsets, or null when they ran on ctx.stream.
+// Zeroes the loss (first micro-step) and copies the step's values in, and zeroes dresidual for
+// this micro-step's backward, on ctx.stream or, with kBranchZeroing, on the branch beside the
+// forward, which does not touch them before the classifier (gpt2_forward waits for the returned
+// mark there; gpt2_backward skips its own memset of dresidual). Returns the branch's mark after
+// the memsets, or null when they ran on ctx.stream. The gradients need no zeroing: the first
+// micro-step writes every one of them (gpt2_backward with accumulate = false).
 cudaEvent_t enqueue_zeroing(const Context& ctx, TrainStep* s, int micro) {
     const GPT2& m = *s->model;
     const size_t N = (size_t)s->B * s->T;
@@ -26,7 +27,6 @@ cudaEvent_t enqueue_zeroing(const Context& ctx, TrainStep* s, int micro) {
     if (micro == 0) {
         LLMC_CUDA_CHECK(cudaMemcpyAsync(s->d_step_values, s->io.step_values,
                                         sizeof(AdamWStepValues), cudaMemcpyHostToDevice, stream));
-        LLMC_CUDA_CHECK(cudaMemsetAsync(m.grads, 0, m.num_params * sizeof(floatX), stream));
         LLMC_CUDA_CHECK(cudaMemsetAsync(s->d_results, 0, 2 * sizeof(float), stream));
     }
     if (!on_branch) return nullptr;
@@ -71,8 +71,10 @@ void enqueue_step(const Context& ctx, TrainStep* s) {
         // Multi-GPU: the gradients are reduced over the ranks once, after the last micro-step.
         const bool reduce = s->dist != nullptr && micro == s->grad_accum - 1;
         args.zeroed = enqueue_zeroing(ctx, s, micro);
+        args.accumulate_grads = micro > 0;  // the first micro-step writes the gradients
         gpt2_forward(ctx, s->model, batch, args);
-        gpt2_backward(ctx, s->model, batch, args.zeroed, reduce ? &s->reducer : nullptr);
+        gpt2_backward(ctx, s->model, batch, args.accumulate_grads, args.zeroed,
+                      reduce ? &s->reducer : nullptr);
     }
     enqueue_optimizer(ctx, s);
     LLMC_CUDA_CHECK(cudaMemcpyAsync(s->io.results, s->d_results, 2 * sizeof(float),

@@ -266,6 +266,23 @@ void test_chunked(const Context& ctx, const ChunkShape& s, uint64_t seed) {
                 kChunkDwteAtolOfMax * max_abs(ref_dwte), kChunkDwteRtol);
     check_bitwise_equal("classifier_chunked dlnf run-to-run", runs[0][0], runs[1][0]);
     check_bitwise_equal("classifier_chunked dwte run-to-run", runs[0][1], runs[1][1]);
+
+    // The first micro-step's way: dwte written over NaN (accumulate_dwte false: the first chunk
+    // writes, the rest add) = added onto zeros.
+    std::vector<unsigned char> dwte_bytes[2];
+    for (int written = 0; written < 2; written++) {
+        if (written) {
+            poison(d_dwte.get(), VC);
+        } else {
+            upload(d_dwte.get(), std::vector<float>(VC, 0.0f));
+        }
+        classifier_chunked(ctx, d_logits.get(), d_losses.get(), d_dlnf.get(), d_dwte.get(),
+                           d_lnf.get(), d_wte.get(), d_targets.get(), dloss, s.N, s.C, s.V, s.Vp,
+                           s.chunk_rows, nullptr, /*accumulate_dwte=*/written == 0);
+        dwte_bytes[written] = download_bytes(d_dwte.get(), VC * sizeof(floatX));
+    }
+    check_bitwise_equal("classifier_chunked dwte written = added onto zeros", dwte_bytes[1],
+                        dwte_bytes[0]);
 }
 
 }  // namespace

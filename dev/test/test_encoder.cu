@@ -60,20 +60,29 @@ Data make_data(const Shape& s, int maxT, uint64_t seed) {
     return d;
 }
 
+// How dwpe's rows t < T start (rows >= T always hold Data's values, which the backward must
+// leave alone): Data's values (added to), zeros (added to), or NaN with accumulate_dwpe = false
+// (written over, never read).
+enum class GradInit { kRandom, kZeros, kPoisonWrite };
+
 // Restores the initial gradients, poisons the scratch, runs the backward on ctx.stream; with
 // graph, captures it into a CUDA graph first and launches the graph. Returns the gradient bytes.
 std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, const Data& d,
                                         floatX* dwte, floatX* dwpe, void* scratch,
                                         size_t scratch_bytes, const floatX* dout, const int* inp,
-                                        bool graph) {
+                                        bool graph, GradInit init = GradInit::kRandom) {
     upload(dwte, d.dwte0);
     upload(dwpe, d.dwpe0);
+    const size_t first_rows = (size_t)s.T * s.C;
+    if (init == GradInit::kZeros) upload(dwpe, std::vector<float>(first_rows, 0.0f));
+    if (init == GradInit::kPoisonWrite) poison(dwpe, first_rows);
+    const bool accumulate_dwpe = init != GradInit::kPoisonWrite;
     poison(static_cast<unsigned char*>(scratch), scratch_bytes);
     if (graph) {
         cudaGraph_t g = nullptr;
         cudaGraphExec_t exec = nullptr;
         LLMC_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C);
+        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, accumulate_dwpe);
         LLMC_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
         LLMC_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
         LLMC_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
@@ -81,7 +90,7 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
         LLMC_CUDA_CHECK(cudaGraphExecDestroy(exec));
         LLMC_CUDA_CHECK(cudaGraphDestroy(g));
     } else {
-        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C);
+        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, accumulate_dwpe);
     }
     std::vector<unsigned char> bytes = download_bytes(dwte, d.dwte0.size() * sizeof(floatX));
     const std::vector<unsigned char> pe = download_bytes(dwpe, d.dwpe0.size() * sizeof(floatX));
@@ -126,6 +135,14 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_gra
         run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(),
                      inp.get(), false);
     check_bitwise_equal("encoder_backward run-to-run", first, second);
+    // The first micro-step's way: dwpe's rows < T written over NaN = added onto zeros (rows >= T
+    // untouched, dwte added to either way).
+    check_bitwise_equal(
+        "encoder_backward dwpe written = added onto zeros",
+        run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(),
+                     inp.get(), false, GradInit::kPoisonWrite),
+        run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes, dout.get(),
+                     inp.get(), false, GradInit::kZeros));
     if (test_graph) {
         const std::vector<unsigned char> graphed =
             run_backward(ctx, s, d, dwte.get(), dwpe.get(), scratch.get(), scratch_bytes,

@@ -152,19 +152,29 @@ void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     check_forward("fused_residual_layernorm", g, out, mean, rstd);
 }
 
+// How the parameter gradients start: the random values of Data (added to), zeros (added to),
+// or NaN with accumulate_param_grads = false (written over, never read). dinp always starts
+// from Data's values.
+enum class GradInit { kRandom, kZeros, kPoisonWrite };
+
 // Restores the accumulated gradients, poisons the scratch, runs (with the residual-bias sums
 // when with_dres); returns the gradient bytes.
 std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, const Data& d,
-                                        Device& g, bool with_dres) {
+                                        Device& g, bool with_dres,
+                                        GradInit init = GradInit::kRandom) {
     upload(g.dinp.get(), d.dinp0);
-    upload(g.dweight.get(), d.dweight0);
-    upload(g.dbias.get(), d.dbias0);
-    upload(g.dres.get(), d.dres0);
+    for (auto [buf, host] : {std::pair{&g.dweight, &d.dweight0}, std::pair{&g.dbias, &d.dbias0},
+                             std::pair{&g.dres, &d.dres0}}) {
+        if (init == GradInit::kRandom) upload(buf->get(), *host);
+        if (init == GradInit::kZeros) upload(buf->get(), std::vector<float>(buf->size(), 0.0f));
+        if (init == GradInit::kPoisonWrite) poison(buf->get(), buf->size());
+    }
     poison(g.scratch.get(), g.scratch.size());
     const bool on_branch = (ctx.branches & kBranchReduces) != 0;
     layernorm_backward(ctx, g.dinp.get(), g.dweight.get(), g.dbias.get(), g.scratch.get(),
                        g.dout.get(), g.inp.get(), g.weight.get(), g.mean.get(), g.rstd.get(), s.N,
-                       s.C, with_dres ? g.dres.get() : nullptr, on_branch);
+                       s.C, with_dres ? g.dres.get() : nullptr, on_branch,
+                       init != GradInit::kPoisonWrite);
     if (on_branch) branch_join(ctx);
     std::vector<unsigned char> bytes = download_bytes(g.dinp.get(), g.dinp.size() * sizeof(floatX));
     for (const DeviceBuffer<floatX>* b : {&g.dweight, &g.dbias, &g.dres}) {
@@ -215,6 +225,10 @@ std::vector<unsigned char> test_backward(const Context& ctx, const Shape& s, con
                         std::vector<unsigned char>(first.begin(), first.begin() + same));
     const std::vector<unsigned char> second = run_backward(ctx, s, d, g, true);
     check_bitwise_equal("layernorm_backward run-to-run", first, second);
+    // The first micro-step's way: the parameter gradients written over NaN = added onto zeros.
+    check_bitwise_equal("layernorm_backward written = added onto zeros",
+                        run_backward(ctx, s, d, g, true, GradInit::kPoisonWrite),
+                        run_backward(ctx, s, d, g, true, GradInit::kZeros));
     return first;
 }
 

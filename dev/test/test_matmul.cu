@@ -248,37 +248,58 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
     }
 }
 
+// How the gradient outputs start in run_backward: the random values of LinearData (added to),
+// zeros (added to), or NaN with accumulate = false (written over, never read; a bias buffer the
+// case does not write, dbias without c.bias, starts at zero instead).
+enum class GradInit { kRandom, kZeros, kPoisonWrite };
+
 // The backward's two halves apart: dinp (overwritten) and dw, dbias (accumulated onto random
-// values). Returns the bytes of dinp, dw and dbias for the bitwise comparisons.
-// With c.dgelu and gelu_bias, gelu_dbias (onto random values) goes to matmul_backward_input too;
-// *fused says whether our DGELU kernel added to it (matmul_backward, how 1, takes none: it runs
-// the DGELU epilogue without the bias sums, as matmul_backward_input does without gelu_dbias).
+// values, or as `init` says). Returns the bytes of dinp, dw and dbias for the bitwise
+// comparisons. With c.dgelu and gelu_bias, gelu_dbias (onto random values) goes to
+// matmul_backward_input too; *fused says whether our DGELU kernel added to it (matmul_backward,
+// how 1, takes none: it runs the DGELU epilogue without the bias sums, as matmul_backward_input
+// does without gelu_dbias).
 std::vector<unsigned char> run_backward(const Context& ctx, const LinearCase& c, LinearDevice* g,
                                         const LinearData& d, int how, bool* fused = nullptr,
-                                        bool gelu_bias = true) {
+                                        bool gelu_bias = true, GradInit init = GradInit::kRandom) {
     const size_t NI = (size_t)c.N * c.IC;
     poison(g->dinp.get(), NI);
     poison(g->scratch.get(), g->scratch.size());
-    upload(g->dw.get(), d.dw0);
-    upload(g->dbias.get(), d.dbias0);
-    upload(g->gelu_dbias.get(), d.gelu_dbias0);
+    const bool accumulate = init != GradInit::kPoisonWrite;
+    if (init == GradInit::kRandom) {
+        upload(g->dw.get(), d.dw0);
+        upload(g->dbias.get(), d.dbias0);
+        upload(g->gelu_dbias.get(), d.gelu_dbias0);
+    } else if (init == GradInit::kZeros) {
+        upload(g->dw.get(), std::vector<float>(g->dw.size(), 0.0f));
+        upload(g->dbias.get(), std::vector<float>(g->dbias.size(), 0.0f));
+        upload(g->gelu_dbias.get(), std::vector<float>(g->gelu_dbias.size(), 0.0f));
+    } else {
+        poison(g->dw.get(), g->dw.size());
+        if (c.bias) {
+            poison(g->dbias.get(), g->dbias.size());
+        } else {
+            upload(g->dbias.get(), std::vector<float>(g->dbias.size(), 0.0f));
+        }
+        poison(g->gelu_dbias.get(), g->gelu_dbias.size());
+    }
     floatX* dbias = c.bias ? g->dbias.get() : nullptr;
     const floatX* pre = c.dgelu ? g->pre_in.get() : nullptr;
     floatX* gelu_dbias = c.dgelu && gelu_bias ? g->gelu_dbias.get() : nullptr;
     bool did = false;
     if (how == 0) {  // the halves apart, on ctx.stream
         did = matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC,
-                                    pre, gelu_dbias, g->gelu_scratch.get());
+                                    pre, gelu_dbias, g->gelu_scratch.get(), accumulate);
         matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
-                               g->inp.get(), c.N, c.IC, c.OC);
+                               g->inp.get(), c.N, c.IC, c.OC, false, accumulate);
     } else if (how == 1) {  // matmul_backward: both in one call
         matmul_backward(ctx, g->dinp.get(), g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
-                        g->inp.get(), g->w.get(), c.N, c.IC, c.OC, pre);
+                        g->inp.get(), g->w.get(), c.N, c.IC, c.OC, pre, accumulate);
     } else {  // the weight half on the branch stream, joined before reading
         matmul_backward_weight(ctx, g->dw.get(), dbias, g->scratch.get(), g->dout_ptr(c),
-                               g->inp.get(), c.N, c.IC, c.OC, /*on_branch=*/true);
+                               g->inp.get(), c.N, c.IC, c.OC, /*on_branch=*/true, accumulate);
         did = matmul_backward_input(ctx, g->dinp.get(), g->dout_ptr(c), g->w.get(), c.N, c.IC, c.OC,
-                                    pre, gelu_dbias, g->gelu_scratch.get());
+                                    pre, gelu_dbias, g->gelu_scratch.get(), accumulate);
         branch_join(ctx);
     }
     if (fused != nullptr) *fused = did;
@@ -368,6 +389,19 @@ void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const Lin
     context_set_overlap(ctx, branches, pdl);
     std::snprintf(name, sizeof(name), "backward %s: run again", c.name);
     check_bitwise_equal(name, run_backward(*ctx, c, g, d, 0), first);
+    // Written without accumulate (the first micro-step's way, over NaN that must not be read) =
+    // added onto zeros, in each arrangement.
+    for (int how = 0; how < 3; how++) {
+        if (how == 2) context_set_overlap(ctx, branches | kBranchGemms, pdl);
+        const std::vector<unsigned char> onto_zeros =
+            run_backward(*ctx, c, g, d, how, nullptr, true, GradInit::kZeros);
+        std::snprintf(name, sizeof(name), "backward %s (how %d): written = added onto zeros",
+                      c.name, how);
+        check_bitwise_equal(name,
+                            run_backward(*ctx, c, g, d, how, nullptr, true, GradInit::kPoisonWrite),
+                            onto_zeros);
+        if (how == 2) context_set_overlap(ctx, branches, pdl);
+    }
     if (c.bias && !c.misaligned) {  // the column sums alone: the same kernels, the same bits
         upload(g->dbias.get(), d.dbias0);
         matmul_bias_backward(*ctx, g->dbias.get(), g->scratch.get(), g->dout_ptr(c), c.N, c.OC);
@@ -377,6 +411,18 @@ void test_backward(Context* ctx, const LinearCase& c, LinearDevice* g, const Lin
         std::snprintf(name, sizeof(name), "matmul_bias_backward %s", c.name);
         check_bitwise_equal(name, download_bytes(g->dbias.get(), c.OC * sizeof(floatX)),
                             std::vector<unsigned char>(first.begin() + at, first.begin() + end));
+        // Written over NaN = added onto zeros.
+        upload(g->dbias.get(), std::vector<float>(c.OC, 0.0f));
+        matmul_bias_backward(*ctx, g->dbias.get(), g->scratch.get(), g->dout_ptr(c), c.N, c.OC);
+        const std::vector<unsigned char> onto_zeros =
+            download_bytes(g->dbias.get(), c.OC * sizeof(floatX));
+        poison(g->dbias.get(), c.OC);
+        matmul_bias_backward(*ctx, g->dbias.get(), g->scratch.get(), g->dout_ptr(c), c.N, c.OC,
+                             false);
+        std::snprintf(name, sizeof(name), "matmul_bias_backward %s: written = added onto zeros",
+                      c.name);
+        check_bitwise_equal(name, download_bytes(g->dbias.get(), c.OC * sizeof(floatX)),
+                            onto_zeros);
     }
 }
 
