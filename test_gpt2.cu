@@ -310,6 +310,18 @@ void make_training(const Context& ctx, Training* t, const GPT2Config& cfg,
     std::memcpy(t->step.io.tokens + N, st.y.data(), N * sizeof(int));
 }
 
+// Runs the first training step (the dump's lr) and returns its gradients.
+std::vector<float> first_step_grads(const Context& ctx, Training* t, const DebugState& st,
+                                    bool graph) {
+    t->step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
+    t->step.io.step_values->step = 1;
+    train_step_run(ctx, &t->step, graph);
+    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+    std::vector<float> grads;
+    gpt2_download_grads(ctx, t->model, &grads);
+    return grads;
+}
+
 // Builds the model with another recompute mode, runs one step on the same batch and compares
 // its gradients with `ref` (from mode `ref_recompute`). The forward is the same in every mode
 // and the recomputed layernorm outputs are the forward's kernel on the forward's inputs, so
@@ -329,12 +341,7 @@ bool same_grads_with_recompute(const Context& ctx, const GPT2Config& cfg,
                                bool graph, const std::vector<float>& ref) {
     Training t;
     make_training(ctx, &t, cfg, params, st, hyper, recompute);
-    t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-    t.step.io.step_values->step = 1;
-    train_step_run(ctx, &t.step, graph);
-    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    std::vector<float> grads;
-    gpt2_download_grads(ctx, t.model, &grads);
+    const std::vector<float> grads = first_step_grads(ctx, &t, st, graph);
     LLMC_CHECK(grads.size() == ref.size(), "gradient count differs between recompute modes");
     const bool gelu_differs = (recompute >= 1) != (ref_recompute >= 1);
     const ParamLayout lay = param_layout(cfg);
@@ -458,12 +465,7 @@ bool accumulation_checks(const Context& ctx, const GPT2Config& cfg,
                                     ctx.stream));  // NaN in bf16 and fp32
     LLMC_CUDA_CHECK(cudaMemsetAsync(t.model.grads + wpe_written, 0,
                                     (wpe_end - wpe_written) * sizeof(floatX), ctx.stream));
-    t.step.io.step_values->lr = st.n_steps > 0 ? st.lr : 0.0f;
-    t.step.io.step_values->step = 1;
-    train_step_run(ctx, &t.step, graph);
-    LLMC_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
-    std::vector<float> grads;
-    gpt2_download_grads(ctx, t.model, &grads);
+    const std::vector<float> grads = first_step_grads(ctx, &t, st, graph);
     bool ok = true;
     std::printf("gradient accumulation: %d micro-steps of B=%d\n", accum, micro);
     if (accum == 2) {
