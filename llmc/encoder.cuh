@@ -5,7 +5,8 @@
 //             rows >= T untouched). dwte always accumulates: it holds the tied lm head's
 //             gradient, and only the rows of tokens present are written.
 // The backward is deterministic (no floating-point atomics): positions are sorted by token id
-// (stable radix sort) and each token's rows are summed in position order.
+// (stable radix sort) and each token's rows are summed in position order, in fixed segments of
+// the sorted order whose pieces are then added in segment order (encoder.cu). ids in [0, V).
 #pragma once
 #include "context.cuh"
 #include "precision.cuh"
@@ -15,10 +16,10 @@ namespace llmc {
 void encoder_forward(const Context& ctx, floatX* out, const int* inp, const floatX* wte,
                      const floatX* wpe, int B, int T, int C);
 
-// Bytes of device scratch encoder_backward needs for B*T positions.
-size_t encoder_backward_scratch_bytes(int B, int T);
+// Bytes of device scratch encoder_backward needs for B*T positions of C channels.
+size_t encoder_backward_scratch_bytes(int B, int T, int C);
 void encoder_backward(const Context& ctx, floatX* dwte, floatX* dwpe, void* scratch,
-                      const floatX* dout, const int* inp, int B, int T, int C,
+                      const floatX* dout, const int* inp, int B, int T, int C, int V,
                       bool accumulate_dwpe = true);
 
 }  // namespace llmc

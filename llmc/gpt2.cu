@@ -103,7 +103,8 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->recompute_rstd = share_ln ? a->take<float>(N, "layernorm statistics") : nullptr;
     acts->att_scratch =
         a->take_bytes(attention_scratch_bytes(B, T, (int)C, (int)NH), "attention scores");
-    acts->enc_scratch = a->take_bytes(encoder_backward_scratch_bytes(B, T), "other scratch");
+    acts->enc_scratch =
+        a->take_bytes(encoder_backward_scratch_bytes(B, T, (int)C), "other scratch");
     acts->ln_scratch =
         a->take_bytes(layernorm_backward_scratch_bytes(ctx, (int)N, (int)C), "other scratch");
     acts->norm_scratch = a->take_bytes(global_norm_scratch_bytes(ctx), "other scratch");
@@ -325,7 +326,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
                "gpt2_backward: the batch is %d x %d, the arena's shape %d x %d", batch.B, batch.T,
                m->B, m->T);
     const int B = m->B, T = m->T, N = B * T, C = cfg.channels, L = cfg.num_layers;
-    const int NH = cfg.num_heads;
+    const int NH = cfg.num_heads, V = cfg.vocab_size;
     const int recompute = m->opts.recompute;
     GPT2Activations& a = m->acts;
     floatX* const* p = m->param;
@@ -418,7 +419,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
         ln_reduced = mark_if(reduces_on_branch);
         group_done(l);
     }
-    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, batch.inputs, B, T, C,
+    encoder_backward(ctx, g[kWte], g[kWpe], a.enc_scratch, a.dresidual, batch.inputs, B, T, C, V,
                      accumulate);
     // Every gradient is final, and the next step (or micro-step) may overwrite any input.
     if (branched) branch_join(ctx);

@@ -1,7 +1,9 @@
 // bench_ops.cu: every memory-bound launcher of llmc/ against the device's measured copy
 // bandwidth, at GPT-2 d12 training shapes.
 //
-//   build/<prec>/dev/bench/bench_ops [--runs N] [--classifier-rows R]
+//   build/<prec>/dev/bench/bench_ops [--runs N] [--classifier-rows R] [--only FAMILY]
+//
+//   --only FAMILY   time the copy and one family: encoder, layernorm, bias, classifier, optimizer
 //
 // Shapes: B=64, T=1024 (N = B*T = 65536 rows), C=768, V=50257, Vp=50304, all 124,475,904
 // parameters of d12 (16 tensors) for AdamW and the global norm (also sharded: rank 0 of a ZeRO-1
@@ -13,10 +15,11 @@
 //   1. Copy bandwidth: cudaMemcpyAsync device-to-device of 1 GiB; bytes = 2 * size (read +
 //      write). Its median is the ceiling the kernels are measured against.
 //   2. Each op: inputs filled with seeded uniform random values on the device (never zeros;
-//      token ids uniform in [0, V)), 5 warm-up launches, then >= 20 timed launches, each timed
-//      alone with CUDA events on ctx.stream after a memset of a 2x-L2 buffer (so no input is
-//      still in L2). Ops that overwrite an input (the in-place classifier) get it restored
-//      from a pristine copy before the flush, outside the timed region.
+//      token ids uniform in [0, V), and for the encoder also Zipf-like as in text: id k with
+//      probability ~ 1/(k+1), so a few ids fill thousands of rows), 5 warm-up launches, then >= 20
+//      timed launches, each timed alone with CUDA events on ctx.stream after a memset of a 2x-L2
+//      buffer (so no input is still in L2). Ops that overwrite an input (the in-place classifier)
+//      get it restored from a pristine copy before the flush, outside the timed region.
 //   3. Bytes are the minimal traffic: each input read once, each output written once, an
 //      accumulated output read and written once; scratch traffic and second passes are not
 //      counted, so the % column is the distance from the floor. Each row prints its formula.
@@ -76,11 +79,16 @@ __global__ void fill_uniform_kernel(T* __restrict__ out, size_t n, unsigned long
     }
 }
 
-__global__ void fill_tokens_kernel(int* __restrict__ out, size_t n, unsigned long long seed,
-                                   int v) {
+// Token ids in [0, v): uniform, or with zipf log-uniform (P(id < k) = log(k + 1) / log(v + 1),
+// ~ Zipf's law with exponent 1: id 0 is ~6% of the ids at v = 50257, as a newline or a comma is
+// in English text).
+__global__ void fill_tokens_kernel(int* __restrict__ out, size_t n, unsigned long long seed, int v,
+                                   bool zipf) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        out[i] = min((int)(hash_uniform(seed, i) * (float)v), v - 1);
+        const float u = hash_uniform(seed, i);
+        const int id = zipf ? (int)expf(u * logf(v + 1.0f)) - 1 : (int)(u * (float)v);
+        out[i] = max(0, min(id, v - 1));
     }
 }
 
@@ -90,8 +98,8 @@ void fill(const Context& ctx, T* p, size_t n, unsigned long long seed, float lo,
     LLMC_CUDA_CHECK_LAST();
 }
 
-void fill_tokens(const Context& ctx, int* p, size_t n, unsigned long long seed) {
-    fill_tokens_kernel<<<256, 256, 0, ctx.stream>>>(p, n, seed, kV);
+void fill_tokens(const Context& ctx, int* p, size_t n, unsigned long long seed, bool zipf = false) {
+    fill_tokens_kernel<<<256, 256, 0, ctx.stream>>>(p, n, seed, kV, zipf);
     LLMC_CUDA_CHECK_LAST();
 }
 
@@ -199,27 +207,32 @@ void bench_encoder(const Context& ctx, Timer& timer, std::vector<Row>* rows) {
     DeviceBuffer<int> inp(kN);
     DeviceBuffer<floatX> wte((size_t)kVp * kC), wpe((size_t)kMaxT * kC), out(NC);
     DeviceBuffer<floatX> dwte((size_t)kVp * kC), dwpe((size_t)kMaxT * kC), dout(NC);
-    DeviceBuffer<unsigned char> scratch(encoder_backward_scratch_bytes(kB, kT));
-    fill_tokens(ctx, inp.get(), kN, 11);
+    DeviceBuffer<unsigned char> scratch(encoder_backward_scratch_bytes(kB, kT, kC));
     fill(ctx, wte.get(), wte.size(), 12, -0.1f, 0.1f);
     fill(ctx, wpe.get(), wpe.size(), 13, -0.1f, 0.1f);
     fill(ctx, dwte.get(), dwte.size(), 14, -0.01f, 0.01f);
     fill(ctx, dwpe.get(), dwpe.size(), 15, -0.01f, 0.01f);
     fill(ctx, dout.get(), NC, 16, -0.01f, 0.01f);
-    const double U = (double)distinct_tokens(inp.get());
-    std::printf("encoder: %.0f distinct token ids among N=%d random ones\n", U, kN);
-    // forward: ids (4N), the U distinct wte rows and T wpe rows read once, out written.
-    Timing t = timer.time(
-        [&] { encoder_forward(ctx, out.get(), inp.get(), wte.get(), wpe.get(), kB, kT, kC); });
-    rows->push_back({"encoder_forward", "4N + X*(U*C + T*C + N*C)",
-                     4.0 * kN + kX * (U * kC + (double)kT * kC + (double)NC), t});
-    // backward: dout and ids read; the U dwte rows and T dwpe rows read and written (+=).
-    t = timer.time([&] {
-        encoder_backward(ctx, dwte.get(), dwpe.get(), scratch.get(), dout.get(), inp.get(), kB, kT,
-                         kC);
-    });
-    rows->push_back({"encoder_backward", "4N + X*(N*C + 2*U*C + 2*T*C)",
-                     4.0 * kN + kX * ((double)NC + 2.0 * U * kC + 2.0 * kT * kC), t});
+    for (const bool zipf : {false, true}) {
+        fill_tokens(ctx, inp.get(), kN, 11, zipf);
+        const double U = (double)distinct_tokens(inp.get());
+        const char* ids = zipf ? "Zipf" : "uniform";
+        std::printf("encoder: %.0f distinct token ids among N=%d %s ones\n", U, kN, ids);
+        // forward: ids (4N), the U distinct wte rows and T wpe rows read once, out written.
+        Timing t = timer.time(
+            [&] { encoder_forward(ctx, out.get(), inp.get(), wte.get(), wpe.get(), kB, kT, kC); });
+        rows->push_back({std::string("encoder_forward, ") + ids + " ids",
+                         "4N + X*(U*C + T*C + N*C)",
+                         4.0 * kN + kX * (U * kC + (double)kT * kC + (double)NC), t});
+        // backward: dout and ids read; the U dwte rows and T dwpe rows read and written (+=).
+        t = timer.time([&] {
+            encoder_backward(ctx, dwte.get(), dwpe.get(), scratch.get(), dout.get(), inp.get(), kB,
+                             kT, kC, kV);
+        });
+        rows->push_back({std::string("encoder_backward, ") + ids + " ids",
+                         "4N + X*(N*C + 2*U*C + 2*T*C)",
+                         4.0 * kN + kX * ((double)NC + 2.0 * U * kC + 2.0 * kT * kC), t});
+    }
 }
 
 void bench_layernorm(Context& ctx, Timer& timer, std::vector<Row>* rows) {
@@ -429,7 +442,8 @@ void bench_optimizer(Context& ctx, Timer& timer, std::vector<Row>* rows) {
 
 void usage_exit(const char* prog) {
     std::fprintf(stderr,
-                 "usage: %s [--runs N (>= 20, default 30)] [--classifier-rows R (default 8192)]\n",
+                 "usage: %s [--runs N (>= 20, default 30)] [--classifier-rows R (default 8192)] "
+                 "[--only encoder|layernorm|bias|classifier|optimizer]\n",
                  prog);
     std::exit(2);
 }
@@ -438,11 +452,18 @@ void usage_exit(const char* prog) {
 
 int main(int argc, char** argv) {
     int runs = 30, rows_R = 8192;
+    std::string only;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && std::strcmp(argv[i], "--runs") == 0) {
             runs = std::atoi(argv[++i]);
         } else if (i + 1 < argc && std::strcmp(argv[i], "--classifier-rows") == 0) {
             rows_R = std::atoi(argv[++i]);
+        } else if (i + 1 < argc && std::strcmp(argv[i], "--only") == 0) {
+            only = argv[++i];
+            if (only != "encoder" && only != "layernorm" && only != "bias" &&
+                only != "classifier" && only != "optimizer") {
+                usage_exit(argv[0]);
+            }
         } else {
             usage_exit(argv[0]);
         }
@@ -465,11 +486,12 @@ int main(int argc, char** argv) {
     const Row copy = bench_copy(ctx, timer);
     const double copy_gbs = gb_per_s(copy.bytes, copy.t.median_ms);
     std::vector<Row> rows;
-    bench_encoder(ctx, timer, &rows);
-    bench_layernorm(ctx, timer, &rows);
-    bench_bias_backward(ctx, timer, &rows);
-    bench_classifier(ctx, timer, rows_R, &rows);
-    bench_optimizer(ctx, timer, &rows);
+    const auto want = [&](const char* family) { return only.empty() || only == family; };
+    if (want("encoder")) bench_encoder(ctx, timer, &rows);
+    if (want("layernorm")) bench_layernorm(ctx, timer, &rows);
+    if (want("bias")) bench_bias_backward(ctx, timer, &rows);
+    if (want("classifier")) bench_classifier(ctx, timer, rows_R, &rows);
+    if (want("optimizer")) bench_optimizer(ctx, timer, &rows);
 
     std::printf("\n| %-46s | %9s | %9s | %9s | %9s | %7s | %6s | %-4s | %s |\n", "op", "MB",
                 "median us", "min us", "p90 us", "GB/s", "% copy", "flag", "minimal bytes");

@@ -1,10 +1,16 @@
 // test_encoder.cu: encoder forward and backward against the CPU reference (cpu_ops.h).
 //
-// Shapes: GPT-2 (B=4, T=1024, C=768, V=50257), small and odd ones (B=1, T=77, C=128; C=96;
+// Shapes: GPT-2 (B=4 and B=16, T=1024, C=768, V=50257), small and odd ones (B=1, T=77, C=128; C=96;
 // C=13, which takes the one-element path), and V=7, where every token repeats ~600 times so
-// the backward sums long runs. wpe has maxT = T + 3 rows: rows >= T must stay untouched.
+// the backward sums long runs. Ids: uniform; Zipf-like as in text (id k with probability
+// ~ 1/(k+1): id 0 is ~6% of them, so its run crosses many of the backward's 32-entry
+// segments); one id everywhere (one run from the first segment to the last, partial one);
+// and 64 copies of each id, so every run begins and ends on a segment boundary. wpe has
+// maxT = T + 3 rows: rows >= T must stay untouched.
 // The backward is run twice (scratch poisoned each time) and must be bitwise identical, and
 // once more captured in a CUDA graph, as the trainer runs it.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "context.cuh"
@@ -31,9 +37,12 @@ constexpr float kBackwardRtol = 2 * kBf16RoundingRel;
 constexpr float kBackwardRtol = 1e-5f;
 #endif
 
+enum class Ids { kUniform, kZipf, kBlocksOf64 };
+
 struct Shape {
     const char* name;
     int B, T, C, V;
+    Ids ids = Ids::kUniform;
 };
 
 struct Data {
@@ -45,7 +54,20 @@ Data make_data(const Shape& s, int maxT, uint64_t seed) {
     Rng rng(seed);
     Data d;
     d.inp.resize((size_t)s.B * s.T);
-    for (int& id : d.inp) id = rng.randint(s.V);
+    for (size_t i = 0; i < d.inp.size(); i++) {
+        switch (s.ids) {
+            case Ids::kUniform:
+                d.inp[i] = rng.randint(s.V);
+                break;
+            case Ids::kZipf:  // log-uniform: P(id < k) = log(k + 1) / log(V + 1)
+                d.inp[i] =
+                    std::min(s.V - 1, (int)std::exp(rng.uniform() * std::log(s.V + 1.0)) - 1);
+                break;
+            case Ids::kBlocksOf64:
+                d.inp[i] = (int)(i / 64) % s.V;
+                break;
+        }
+    }
     d.wte.resize((size_t)s.V * s.C);
     d.wpe.resize((size_t)maxT * s.C);
     d.dout.resize((size_t)s.B * s.T * s.C);
@@ -82,7 +104,7 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
         cudaGraph_t g = nullptr;
         cudaGraphExec_t exec = nullptr;
         LLMC_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, accumulate_dwpe);
+        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, s.V, accumulate_dwpe);
         LLMC_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &g));
         LLMC_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
         LLMC_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream));
@@ -90,7 +112,7 @@ std::vector<unsigned char> run_backward(const Context& ctx, const Shape& s, cons
         LLMC_CUDA_CHECK(cudaGraphExecDestroy(exec));
         LLMC_CUDA_CHECK(cudaGraphDestroy(g));
     } else {
-        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, accumulate_dwpe);
+        encoder_backward(ctx, dwte, dwpe, scratch, dout, inp, s.B, s.T, s.C, s.V, accumulate_dwpe);
     }
     std::vector<unsigned char> bytes = download_bytes(dwte, d.dwte0.size() * sizeof(floatX));
     const std::vector<unsigned char> pe = download_bytes(dwpe, d.dwpe0.size() * sizeof(floatX));
@@ -106,7 +128,7 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed, bool test_gra
     DeviceBuffer<int> inp(N);
     DeviceBuffer<floatX> wte(d.wte.size()), wpe(d.wpe.size()), out(N * s.C), dout(N * s.C);
     DeviceBuffer<floatX> dwte(d.wte.size()), dwpe(d.wpe.size());
-    const size_t scratch_bytes = encoder_backward_scratch_bytes(s.B, s.T);
+    const size_t scratch_bytes = encoder_backward_scratch_bytes(s.B, s.T, s.C);
     DeviceBuffer<unsigned char> scratch(scratch_bytes);
     upload(inp.get(), d.inp);
     upload(wte.get(), d.wte);
@@ -163,5 +185,17 @@ int main() {
     test_shape(ctx, {"C96", 3, 77, 96, 1000}, 3, false);
     test_shape(ctx, {"odd C (one-element path)", 2, 33, 13, 50}, 4, true);
     test_shape(ctx, {"long runs", 4, 1024, 768, 7}, 5, false);
+    // N >= 16384 takes 32-entry segments, smaller N 8-entry ones: both kinds for each id law.
+    test_shape(ctx, {"gpt2 B=16 (32-entry segments)", 16, 1024, 768, 50257}, 6, false);
+    test_shape(ctx, {"gpt2 B=16, Zipf ids", 16, 1024, 768, 50257, Ids::kZipf}, 7, true);
+    test_shape(ctx, {"gpt2 B=4, Zipf ids", 4, 1024, 768, 50257, Ids::kZipf}, 8, false);
+    test_shape(ctx, {"Zipf ids, odd C", 3, 77, 13, 50, Ids::kZipf}, 9, false);
+    test_shape(ctx, {"one id (one run through every segment)", 3, 77, 96, 1}, 10, false);
+    test_shape(ctx, {"one id, 32-entry segments", 16, 1031, 64, 1}, 11, false);
+    test_shape(ctx, {"runs on segment boundaries", 16, 1024, 768, 256, Ids::kBlocksOf64}, 12,
+               false);
+    test_shape(ctx,
+               {"runs on segment boundaries, 8-entry segments", 4, 1024, 768, 64, Ids::kBlocksOf64},
+               13, false);
     return test_summary("test_encoder");
 }

@@ -31,8 +31,11 @@
 # waiting for it), not its GPU-only time between CUDA events, which leaves out the host's part.
 #   -s STEPS   steps per run (default 30). Ours discards its first 2 (plan building, graph
 #              capture), PyTorch its first 5 (compilation); the median of the rest is reported.
-#   -d GLOB    train shards; default: random-token shards written to OUTDIR/shards (step time
-#              does not depend on the token values).
+#   -d GLOB    train shards; default: random-token shards written to OUTDIR/shards. The step
+#              time depends on the tokens only through the embedding's backward, which sums
+#              each token's rows; it splits long runs (real text repeats a newline thousands of
+#              times a batch), so random and real tokens time alike: compare_binaries.sh -d
+#              checks that.
 #   -o OUTDIR  logs and JSON summaries (default $OUT or build/bench).
 #   -g GPUS    GPUs per run (default 1), or a comma-separated list of counts run in turn (-g 1,2).
 #              With N > 1 ours runs as scripts/run/launch.sh -n N build/<prec>/train_gpt2cu and

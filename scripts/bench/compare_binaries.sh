@@ -3,12 +3,13 @@
 # GPU, data and options, for a change that must not move the step time or the losses.
 #
 #   scripts/bench/compare_binaries.sh [-e d12] [-b "64 4"] [-t 1024] [-s STEPS] [-r ROUNDS]
-#                                     [-o OUTDIR] OLD_BINARY NEW_BINARY
+#                                     [-d GLOB] [-o OUTDIR] OLD_BINARY NEW_BINARY
 #
 # For each B, ROUNDS rounds (default 3) of one OLD run then one NEW run, interleaved so that the
 # GPU's clocks and temperature drift alike for both; each run trains STEPS steps (default 30) of
 # the preset (default d12, T=1024, random init from one seed) on random-token shards (written to
-# OUTDIR/shards once; step time does not depend on the token values), with its --json-summary
+# OUTDIR/shards once) or, with -d, the train shards GLOB names (real text: its skewed token
+# counts are what the embedding's backward sums; uniform random ids hide that), with its --json-summary
 # in OUTDIR. Prints per B the median over rounds of each binary's median GPU step (CUDA events,
 # the trainer's first 2 steps left out) and wall clock step, NEW / OLD, and whether every
 # step's loss of every NEW run equals OLD's first run's bit for bit (9 significant digits).
@@ -16,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
-preset=d12 batches="64 4" T=1024 steps=30 rounds=3 outdir=build/compare_binaries
+preset=d12 batches="64 4" T=1024 steps=30 rounds=3 outdir=build/compare_binaries data=""
 while [ $# -gt 0 ]; do
     case $1 in
         -h | --help) usage; exit 0 ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
         -s) steps=$2; shift 2 ;;
         -r) rounds=$2; shift 2 ;;
         -o) outdir=$2; shift 2 ;;
+        -d) data=$2; shift 2 ;;
         -*) echo "error: unknown option $1 (--help lists them)" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -37,7 +39,10 @@ for b in "$old" "$new"; do
 done
 PY=$(bash scripts/deps/find_python.sh) || { echo "error: no Python with numpy (scripts/deps/find_python.sh)" >&2; exit 1; }
 mkdir -p "$outdir"
-if ! ls "$outdir"/shards/*_train_*.bin >/dev/null 2>&1; then
+if [ -n "$data" ]; then
+    # shellcheck disable=SC2086  # the glob is expanded only to check that it names a file
+    ls $data >/dev/null 2>&1 || { echo "error: -d $data names no file" >&2; exit 2; }
+elif ! ls "$outdir"/shards/*_train_*.bin >/dev/null 2>&1; then
     "$PY" scripts/ref/train_gpt2.py --random-shards "$outdir/shards" --num-tokens 4000000 --seed 7 \
         >/dev/null || { echo "error: could not write random shards to $outdir/shards" >&2; exit 1; }
 fi
@@ -49,7 +54,7 @@ for B in $batches; do
             [ "$side" = new ] && bin=$new
             json=$outdir/$side.B$B.r$r.json
             rm -f "$json"
-            if ! "$bin" -e "$preset" -b "$B" -t "$T" -x "$steps" -i "$outdir/shards/*_train_*.bin" \
+            if ! "$bin" -e "$preset" -b "$B" -t "$T" -x "$steps" -i "${data:-$outdir/shards/*_train_*.bin}" \
                 --json-summary "$json" >"$outdir/$side.B$B.r$r.log" 2>&1; then
                 echo "FAIL $side B=$B round $r: see $outdir/$side.B$B.r$r.log"
                 failed=1
