@@ -12,17 +12,15 @@
 //        blocks), one block column each. A block loads its segment's ids and positions into
 //        shared memory, then reads the dout rows kInFlight at a time (independent loads, so a
 //        long run is not a chain of dependent trips to memory) and sums each run in float, in
-//        position order. A run that begins and ends in
-//        the segment is added into its dwte row at once; a piece of a run that crosses a
-//        segment boundary goes to scratch: the run's head (its first segment's part) to
-//        head[segment], any later part to tail[segment];
+//        position order. A run that begins and ends in the segment is added into its dwte row
+//        at once; a piece of a run that crosses a segment boundary goes to scratch: the run's
+//        head (its first segment's part) to head[segment], any later part to tail[segment];
 //     3. the block of a segment that holds a crossing run's head adds head + the tails of the
 //        run's later segments (those whose first id is the run's), in segment order, into the
-//        token's dwte row. Every sum has a
-//        fixed order and every dwte row exactly one writer, so no atomics are needed and the
-//        result does not depend on the launch. Real text is skewed (a newline is ~12% of tiny
-//        Shakespeare's tokens, so ~7,500 rows of one id in a B=64 T=1024 batch): no single
-//        thread walks a whole run;
+//        token's dwte row. Every sum has a fixed order and every dwte row exactly one writer,
+//        so no atomics are needed and the result does not depend on the launch. Real text is
+//        skewed (a newline is ~12% of tiny Shakespeare's tokens, so ~7,500 rows of one id in a
+//        B=64 T=1024 batch): no single thread walks a whole run;
 //     4. dwpe[t,:] += sum over b = 0..B-1 of dout[b,t,:], in that order, kInFlight rows at a
 //        time (= without accumulate_dwpe: rows t < T written unread, rows >= T left alone).
 //        dwte always adds: the tied head's gradient is already there (and rows of absent tokens
@@ -218,7 +216,8 @@ __global__ void encoder_backward_crossing_runs_kernel(floatX* __restrict__ dwte,
     for (int k = 0; k < kVec; k++) acc[k] = h.v[k];
     // The run goes on through each following segment whose first id is still `token`. The next
     // kInFlight segments' first ids and tails are loaded together, before it is known how many
-    // of them belong to the run (a frequent id's run spans ~100 segments; most runs 1 or 2).
+    // of them belong to the run (a frequent id's run spans ~100 segments; most runs 1 or 2);
+    // the tails of segments past the run are read but not used.
     const int segments = (N + seg_rows - 1) / seg_rows;
     bool in_run = true;
     for (int s0 = seg + 1; in_run; s0 += kInFlight) {
