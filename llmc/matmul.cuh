@@ -17,7 +17,7 @@
 //                    deterministic two-stage column sum through dbias_scratch
 //                    (matmul_bias_scratch_floats(OC) floats); where dout's rows are not whole
 //                    16-byte vectors, cuBLASLt's BGRADB epilogue into dbias_scratch (float in the
-//                    fp32 build, bf16 in the bf16 build: cuBLASLt takes no other), then added
+//                    fp32 build, bf16 in the bf16 build: cuBLASLt takes no other), then added.
 //                    With accumulate false, dweight and dbias are written, not added to: their
 //                    old contents are never read (GEMM beta 0), so the first micro-step of a
 //                    step needs no zeroed gradients.

@@ -1,11 +1,12 @@
 // test_encoder.cu: encoder forward and backward against the CPU reference (cpu_ops.h).
 //
-// Shapes: GPT-2 (B=4 and B=16, T=1024, C=768, V=50257), small and odd ones (B=1, T=77, C=128; C=96;
-// C=13, which takes the one-element path), and V=7, where every token repeats ~600 times so
-// the backward sums long runs. Ids: uniform; Zipf-like as in text (id k with probability
-// ~ 1/(k+1): id 0 is ~6% of them, so its run crosses many of the backward's 32-entry
-// segments); one id everywhere (one run from the first segment to the last, partial one);
-// and 64 copies of each id, so every run begins and ends on a segment boundary. wpe has
+// Shapes: GPT-2 (B=4 and B=16, T=1024, C=768, V=50257), small and odd ones (B=1, T=77,
+// C=128; C=96; C=13, which takes the one-element path), and V=7, where every token repeats
+// ~600 times so the backward sums long runs. Ids: uniform; Zipf-like as in text (id k with
+// probability ~ 1/(k+1): id 0 is ~6% of them, so its run crosses many of the backward's
+// segments, 8 entries long below N = 16384 and 32 from there); one id everywhere (one run
+// from the first segment to the last, partial one); and 64 copies of each id, so every run
+// begins and ends on a segment boundary. wpe has
 // maxT = T + 3 rows: rows >= T must stay untouched.
 // The backward is run twice (scratch poisoned each time) and must be bitwise identical, and
 // once more captured in a CUDA graph, as the trainer runs it.
