@@ -9,10 +9,11 @@
 # GPU's clocks and temperature drift alike for both; each run trains STEPS steps (default 30) of
 # the preset (default d12, T=1024, random init from one seed) on random-token shards (written to
 # OUTDIR/shards once) or, with -d, the train shards GLOB names (real text: its skewed token
-# counts are what the embedding's backward sums; uniform random ids hide that), with its --json-summary
-# in OUTDIR. Prints per B the median over rounds of each binary's median GPU step (CUDA events,
-# the trainer's first 2 steps left out) and wall clock step, NEW / OLD, and whether every
-# step's loss of every NEW run equals OLD's first run's bit for bit (9 significant digits).
+# counts are what the embedding's backward sums; uniform random ids hide that), with its
+# --json-summary in OUTDIR. Prints per B the median over rounds of each binary's median GPU
+# step (CUDA events, the trainer's first 2 steps left out) and wall clock step, NEW / OLD, and
+# whether every step's loss of every NEW run equals OLD's first run's bit for bit (9
+# significant digits).
 # Exit code 1 when a run failed or a loss differed; the times are for the reader to judge.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
