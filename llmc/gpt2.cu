@@ -90,7 +90,6 @@ void carve_activations(const Context& ctx, const GPT2Config& cfg, int B, int T,
     acts->losses = a->take<float>(N, "losses");
     acts->lnf_row = a->take<floatX>(C, "sampling row");
     acts->logits_row = a->take<floatX>(Vp, "sampling row");
-    acts->proj_out = a->take<floatX>(N * C, "backward scratch");
     acts->dresidual = a->take<floatX>(N * C, "backward scratch");
     acts->dln = a->take<floatX>(N * C, "backward scratch");
     acts->datty = a->take<floatX>(N * C, "backward scratch");
@@ -263,28 +262,29 @@ void gpt2_forward(const Context& ctx, GPT2* m, const GPT2Batch& batch,
         matmul_forward(ctx, qkv, a.ln1.at(l), p[kQkvw] + layer_slice(lay, kQkvw, l, L),
                        p[kQkvb] + layer_slice(lay, kQkvb, l, L), N, C, 3 * C);
         attention_forward(ctx, a.atty.at(l), a.att_lse.at(l), a.att_scratch, qkv, B, T, C, NH);
-        matmul_forward(ctx, a.proj_out, a.atty.at(l),
-                       p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
-                       p[kAttprojb] + layer_slice(lay, kAttprojb, l, L), N, C, C);
-        fused_residual_layernorm_forward(ctx, a.residual2.at(l), a.ln2.at(l), a.ln2_mean.at(l),
-                                         a.ln2_rstd.at(l), residual, a.proj_out, p[kLn2w] + l * C,
-                                         p[kLn2b] + l * C, N, C);
+        // The projections that end a block add the residual stream in their GEMM's epilogue
+        // (C, beta 1): the layernorm after them reads one tensor, not two.
+        matmul_forward_residual(
+            ctx, a.residual2.at(l), a.atty.at(l), p[kAttprojw] + layer_slice(lay, kAttprojw, l, L),
+            p[kAttprojb] + layer_slice(lay, kAttprojb, l, L), residual, N, C, C);
+        layernorm_forward(ctx, a.ln2.at(l), a.ln2_mean.at(l), a.ln2_rstd.at(l), a.residual2.at(l),
+                          p[kLn2w] + l * C, p[kLn2b] + l * C, N, C);
         // One GEMM writes fch (the GELU input, kept for backward) and fch_gelu (bias and GELU in
         // cuBLASLt's epilogue): no separate pass over the (N, 4C) tensor.
         matmul_forward(ctx, a.fch_gelu.at(l), a.ln2.at(l), p[kFcw] + layer_slice(lay, kFcw, l, L),
                        p[kFcb] + layer_slice(lay, kFcb, l, L), N, C, 4 * C, a.fch.at(l));
-        matmul_forward(ctx, a.proj_out, a.fch_gelu.at(l),
-                       p[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
-                       p[kFcprojb] + layer_slice(lay, kFcprojb, l, L), N, 4 * C, C);
-        // The residual add is fused with the next layernorm: ln1 of the next layer, or lnf.
+        matmul_forward_residual(ctx, a.residual3.at(l), a.fch_gelu.at(l),
+                                p[kFcprojw] + layer_slice(lay, kFcprojw, l, L),
+                                p[kFcprojb] + layer_slice(lay, kFcprojb, l, L), a.residual2.at(l),
+                                N, 4 * C, C);
+        // The next layernorm: ln1 of the next layer, or lnf.
         const bool last = l == L - 1;
         floatX* ln_out = last ? a.lnf : a.ln1.at(l + 1);
         float* mean = last ? a.lnf_mean : a.ln1_mean.at(l + 1);
         float* rstd = last ? a.lnf_rstd : a.ln1_rstd.at(l + 1);
         const floatX* w = last ? p[kLnfw] : p[kLn1w] + (l + 1) * C;
         const floatX* b = last ? p[kLnfb] : p[kLn1b] + (l + 1) * C;
-        fused_residual_layernorm_forward(ctx, a.residual3.at(l), ln_out, mean, rstd,
-                                         a.residual2.at(l), a.proj_out, w, b, N, C);
+        layernorm_forward(ctx, ln_out, mean, rstd, a.residual3.at(l), w, b, N, C);
     }
     // When the step zeroes the loss on the branch (train_step.cu), that is done before the loss
     // sum adds to it.

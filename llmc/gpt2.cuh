@@ -79,7 +79,6 @@ struct GPT2Activations {
     floatX* lnf_row;              // (C)  one position of lnf, aligned (gpt2_eval.cuh's logits row)
     floatX* logits_row;           // (Vp) the logits of that position
     float* losses;                // (N)
-    floatX* proj_out;             // (N, C)     output of a projection before its residual add
     // backward scratch, reused by every layer
     floatX* dresidual;     // (N, C)
     floatX* dln;           // (N, C)     holds dlnf from the forward until gpt2_backward reads it

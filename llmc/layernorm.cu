@@ -1,12 +1,11 @@
-// layernorm.cu: layernorm forward, residual add fused with layernorm forward, and layernorm
-// backward with deterministic weight and bias gradients.
+// layernorm.cu: layernorm forward, and layernorm backward with deterministic weight and bias
+// gradients. (The residual add before a layernorm is in the projection GEMM's epilogue:
+// matmul_forward_residual.)
 //
-// Shapes: inp, out, residual, dout, dinp (N, C); weight, bias (C); mean, rstd (N) float.
+// Shapes: inp, out, dout, dinp (N, C); weight, bias (C); mean, rstd (N) float.
 //   forward : mean = sum(x) / C;  rstd = 1 / sqrt(sum((x - mean)^2) / C + 1e-5)  (two passes,
 //             so a large mean does not cancel the variance);  out = (x - mean) * rstd * w + b.
 //             out, mean, rstd overwritten.  bytes = sizeof(floatX) * (2*N*C + 2*C) + 8*N
-//   fused   : residual = inp1 + inp2 (rounded to floatX, then normalized as stored), out as
-//             above.  bytes = sizeof(floatX) * (4*N*C + 2*C) + 8*N
 //   backward: with xhat = (x - mean) * rstd and dn = dout * w,
 //             dinp += rstd * (dn - mean_c(dn) - xhat * mean_c(dn * xhat))
 //             dweight += sum_rows(dout * xhat);  dbias += sum_rows(dout)       (all accumulate;
@@ -80,37 +79,25 @@ constexpr int kBackwardTwoBlocksValues = 24;
 constexpr int kReduceCols = 32;
 constexpr int kReduceGroups = 8;
 
-// The kVec input values at x[c..c+kVec) of one row, as float. With kResidual the input is
-// inp1 + inp2 rounded to floatX, recomputed from the inputs (never read back from `residual`,
-// which this kernel writes), so every pass sees the exact values that are stored.
-template <int kVec, bool kResidual>
-__device__ __forceinline__ void load_input(float (&x)[kVec], const floatX* __restrict__ inp1,
-                                           const floatX* __restrict__ inp2, size_t offset) {
-    const Vec<floatX, kVec> a = load_vec<kVec>(inp1 + offset);
-    if constexpr (kResidual) {
-        const Vec<floatX, kVec> b = load_vec<kVec>(inp2 + offset);
+// The kVec input values at x[c..c+kVec) of one row, as float.
+template <int kVec>
+__device__ __forceinline__ void load_input(float (&x)[kVec], const floatX* __restrict__ inp,
+                                           size_t offset) {
+    const Vec<floatX, kVec> a = load_vec<kVec>(inp + offset);
 #pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            x[k] = to_float(from_float<floatX>(to_float(a.v[k]) + to_float(b.v[k])));
-        }
-    } else {
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            x[k] = to_float(a.v[k]);
-        }
+    for (int k = 0; k < kVec; k++) {
+        x[k] = to_float(a.v[k]);
     }
 }
 
 // One warp per row, three passes over the row (sum; squared deviations; output). The passes
-// after the first hit L1. With kResidual the first pass also stores the residual.
-template <int kVec, bool kResidual>
+// after the first hit L1.
+template <int kVec>
 __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
     layernorm_forward_warp_per_row_kernel(floatX* __restrict__ out,           // (N, C)
                                           float* __restrict__ mean,           // (N)
                                           float* __restrict__ rstd,           // (N)
-                                          floatX* __restrict__ residual,      // (N, C), kResidual
-                                          const floatX* __restrict__ inp1,    // (N, C)
-                                          const floatX* __restrict__ inp2,    // (N, C), kResidual
+                                          const floatX* __restrict__ inp,     // (N, C)
                                           const floatX* __restrict__ weight,  // (C)
                                           const floatX* __restrict__ bias,    // (C)
                                           int N, int C) {
@@ -126,15 +113,7 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
     float sum = 0.0f;
     for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
         float x[kVec];
-        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
-        if constexpr (kResidual) {
-            Vec<floatX, kVec> r;
-#pragma unroll
-            for (int k = 0; k < kVec; k++) {
-                r.v[k] = from_float<floatX>(x[k]);
-            }
-            store_vec<kVec>(residual + base + c, r);
-        }
+        load_input<kVec>(x, inp, base + c);
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
             sum += x[k];
@@ -145,7 +124,7 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
     float sq = 0.0f;
     for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
         float x[kVec];
-        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
+        load_input<kVec>(x, inp, base + c);
 #pragma unroll
         for (int k = 0; k < kVec; k++) {
             sq += (x[k] - m) * (x[k] - m);
@@ -155,7 +134,7 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
 
     for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
         float x[kVec];
-        load_input<kVec, kResidual>(x, inp1, inp2, base + c);
+        load_input<kVec>(x, inp, base + c);
         const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
         const Vec<floatX, kVec> b = load_vec<kVec>(bias + c);
         Vec<floatX, kVec> o;
@@ -174,14 +153,12 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
 // The same forward with the row held in registers: lane `lane` owns the kVec-wide columns
 // (i * 32 + lane) * kVec for i < kIters, so the row is read from memory once. Same sums in the
 // same order as the kernel above, so the results are bit-identical. C <= kIters * 32 * kVec.
-template <int kVec, int kIters, bool kResidual>
+template <int kVec, int kIters>
 __global__ void LLMC_ROW_IN_REGISTERS_FORWARD_BOUNDS
 layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,           // (N, C)
                                           float* __restrict__ mean,           // (N)
                                           float* __restrict__ rstd,           // (N)
-                                          floatX* __restrict__ residual,      // (N, C), kResidual
-                                          const floatX* __restrict__ inp1,    // (N, C)
-                                          const floatX* __restrict__ inp2,    // (N, C)
+                                          const floatX* __restrict__ inp,     // (N, C)
                                           const floatX* __restrict__ weight,  // (C)
                                           const floatX* __restrict__ bias,    // (C)
                                           int N, int C) {
@@ -199,15 +176,7 @@ layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,           //
     for (int i = 0; i < kIters; i++) {
         const int c = (i * kWarpSize + lane) * kVec;
         if (c < C) {
-            load_input<kVec, kResidual>(x[i], inp1, inp2, base + c);
-            if constexpr (kResidual) {
-                Vec<floatX, kVec> r;
-#pragma unroll
-                for (int k = 0; k < kVec; k++) {
-                    r.v[k] = from_float<floatX>(x[i][k]);
-                }
-                store_vec<kVec>(residual + base + c, r);
-            }
+            load_input<kVec>(x[i], inp, base + c);
 #pragma unroll
             for (int k = 0; k < kVec; k++) {
                 sum += x[i][k];
@@ -898,24 +867,22 @@ void with_iters(int iters, F f) {
 }
 
 // kVec == kVecX: the row-in-registers kernel when C allows it; kVec == 1: the generic one.
-template <int kVec, bool kResidual>
+template <int kVec>
 void launch_layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd,
-                              floatX* residual, const floatX* inp1, const floatX* inp2,
-                              const floatX* weight, const floatX* bias, int N, int C) {
+                              const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                              int C) {
     const int blocks = (N + kForwardWarps - 1) / kForwardWarps;
     const int iters = kVec == kVecX ? register_iters(C) : 0;
     if (iters > 0) {
         with_iters<kMaxRegisterIters>(iters, [&](auto it) {
-            launch_kernel(
-                ctx, ctx.stream,
-                layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value, kResidual>,
-                blocks, kForwardWarps * kWarpSize, 0, out, mean, rstd, residual, inp1, inp2, weight,
-                bias, N, C);
+            launch_kernel(ctx, ctx.stream,
+                          layernorm_forward_row_in_registers_kernel<kVecX, decltype(it)::value>,
+                          blocks, kForwardWarps * kWarpSize, 0, out, mean, rstd, inp, weight, bias,
+                          N, C);
         });
     } else {
-        launch_kernel(ctx, ctx.stream, layernorm_forward_warp_per_row_kernel<kVec, kResidual>,
-                      blocks, kForwardWarps * kWarpSize, 0, out, mean, rstd, residual, inp1, inp2,
-                      weight, bias, N, C);
+        launch_kernel(ctx, ctx.stream, layernorm_forward_warp_per_row_kernel<kVec>, blocks,
+                      kForwardWarps * kWarpSize, 0, out, mean, rstd, inp, weight, bias, N, C);
     }
 }
 
@@ -937,31 +904,9 @@ void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd
     const bool vec =
         C % kVecX == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
     if (vec) {
-        launch_layernorm_forward<kVecX, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, weight,
-                                               bias, N, C);
+        launch_layernorm_forward<kVecX>(ctx, out, mean, rstd, inp, weight, bias, N, C);
     } else {
-        launch_layernorm_forward<1, false>(ctx, out, mean, rstd, nullptr, inp, nullptr, weight,
-                                           bias, N, C);
-    }
-}
-
-void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floatX* out,
-                                      float* mean, float* rstd, const floatX* inp1,
-                                      const floatX* inp2, const floatX* weight, const floatX* bias,
-                                      int N, int C) {
-    NvtxRange range("fused_residual_layernorm_forward");
-    check_forward_args("fused_residual_layernorm_forward", out, mean, rstd, weight, bias, N, C);
-    LLMC_CHECK(residual != nullptr && residual != inp1 && residual != inp2 && residual != out,
-               "fused_residual_layernorm_forward: residual must be its own buffer (not an input "
-               "or out)");
-    const bool vec = C % kVecX == 0 && aligned16(residual) && aligned16(out) && aligned16(inp1) &&
-                     aligned16(inp2) && aligned16(weight) && aligned16(bias);
-    if (vec) {
-        launch_layernorm_forward<kVecX, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight,
-                                              bias, N, C);
-    } else {
-        launch_layernorm_forward<1, true>(ctx, out, mean, rstd, residual, inp1, inp2, weight, bias,
-                                          N, C);
+        launch_layernorm_forward<1>(ctx, out, mean, rstd, inp, weight, bias, N, C);
     }
 }
 

@@ -1,7 +1,7 @@
-// layernorm.cuh: layernorm, and residual add fused with the next layernorm.
+// layernorm.cuh: layernorm forward and backward. (GPT-2's residual adds happen in the
+// projection GEMMs before each layernorm: matmul_forward_residual, matmul.cuh.)
 //   layernorm_forward: out = (inp - mean) * rstd * w + b per row of C; mean, rstd (float, N each)
 //                      are saved for backward. rstd = 1 / sqrt(biased var + 1e-5).
-//   fused_residual_layernorm_forward: residual = inp1 + inp2, then out = layernorm(residual).
 //   layernorm_backward: ACCUMULATES into dinp, dweight, dbias. Deterministic: the weight and
 //                       bias gradients are reduced in a fixed order through `scratch`. With
 //                       dres_bias, also dres_bias += the column sums of the updated dinp: in
@@ -27,11 +27,6 @@ namespace llmc {
 
 void layernorm_forward(const Context& ctx, floatX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C);
-
-void fused_residual_layernorm_forward(const Context& ctx, floatX* residual, floatX* out,
-                                      float* mean, float* rstd, const floatX* inp1,
-                                      const floatX* inp2, const floatX* weight, const floatX* bias,
-                                      int N, int C);
 
 // The widest row the backward takes (its per-warp sums of a row live in shared memory).
 int layernorm_max_channels();

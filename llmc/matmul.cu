@@ -194,6 +194,8 @@ struct LtCall {
     floatX* D;
     int ldd;
     long long stride_d;
+    // C of D = alpha * op(A) op(B) + beta * C, laid out as D; null: C is D itself (in place).
+    const floatX* C = nullptr;
     int batch = 1;
     float alpha = 1.0f, beta = 0.0f;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -217,7 +219,8 @@ void set_epilogue_pointers(MatmulPlan* p, const LtCall& c) {
 cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c,
                         const cublasLtMatmulAlgo_t* algo) {
     void* workspace = c.on_branch ? ctx.branch_lt_workspace : ctx.lt_workspace;
-    return cublasLtMatmul(ctx.lt, p->desc, &c.alpha, c.A, p->a, c.B, p->b, &c.beta, c.D, p->c, c.D,
+    const floatX* C = c.C != nullptr ? c.C : c.D;
+    return cublasLtMatmul(ctx.lt, p->desc, &c.alpha, c.A, p->a, c.B, p->b, &c.beta, C, p->c, c.D,
                           p->c, algo, workspace, ctx.lt_workspace_bytes,
                           stream_for(ctx, c.on_branch));
 }
@@ -228,9 +231,9 @@ cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c
 // result: two runs of one command could differ. Here the heuristic's first candidate, the one
 // --autotune 0 runs, is the reference. Every candidate runs once on the same fresh random
 // operands of the call's shape (A, B, the bias and the GELU input drawn uniformly from [-1, 1),
-// never zeros, so every product and every epilogue term shows; D prefilled at random when
-// beta != 0), and only those whose every output (D, the GELU aux output, the bias gradient) is
-// bitwise the reference's compete on time (median of 5 runs; ties keep the earlier). Equal bits
+// never zeros, so every product and every epilogue term shows; with beta != 0 D prefilled at
+// random, or a separate C random), and only those whose every output (D, the GELU aux output,
+// the bias gradient) is bitwise the reference's compete on time (median of 5 runs; ties keep the earlier). Equal bits
 // on millions of random outputs mean the same floating-point operations per element (another
 // order of summation or another split would differ somewhere), so whichever candidate wins, the
 // results are those of --autotune 0, on any data. Runs once per plan, in the eager warm-up step.
@@ -378,6 +381,7 @@ void autotune(const Context& ctx, MatmulPlan* p, const LtCall& c,
         LtCall t = c;
         t.on_branch = false;
         t.A = t.B = static_cast<const floatX*>(random);
+        if (t.C != nullptr) t.C = static_cast<const floatX*>(d_init);  // random, never written
         if (s.aux_in) t.aux = random;
         if (s.bias_in) t.bias = random;
         set_epilogue_pointers(p, t);
@@ -443,6 +447,7 @@ void lt_matmul(const Context& ctx, const LtCall& c) {
     int align = alignment_of(c.A, c.stride_a * es);
     align = std::min(align, alignment_of(c.B, c.stride_b * es));
     align = std::min(align, alignment_of(c.D, c.stride_d * es));
+    if (c.C != nullptr) align = std::min(align, alignment_of(c.C, c.stride_d * es));
     MatmulKey key{c.m,      c.n,        c.k,        c.lda,         c.ldb,      c.ldd,
                   c.ldaux,  c.batch,    c.stride_a, c.stride_b,    c.stride_d, c.transa,
                   c.transb, c.epilogue, align,      c.beta != 0.0f};
@@ -587,6 +592,25 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
     } else {
         c.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     }
+    lt_matmul(ctx, c);
+}
+
+void matmul_forward_residual(const Context& ctx, floatX* out, const floatX* inp,
+                             const floatX* weight, const floatX* bias, const floatX* residual,
+                             int N, int IC, int OC) {
+    LLMC_CHECK(N > 0 && IC > 0 && OC > 0, "matmul_forward_residual: bad shape N=%d IC=%d OC=%d", N,
+               IC, OC);
+    LLMC_CHECK(residual != nullptr && residual != out && residual != inp,
+               "matmul_forward_residual: the residual must be its own buffer, not out or inp");
+    LtCall c{};
+    c.m = OC, c.n = N, c.k = IC;
+    c.transa = true, c.transb = false;
+    c.A = weight, c.lda = IC, c.stride_a = 0;
+    c.B = inp, c.ldb = IC, c.stride_b = 0;
+    c.D = out, c.ldd = OC, c.stride_d = 0;
+    c.C = residual, c.beta = 1.0f;
+    c.bias = bias;
+    c.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_matmul(ctx, c);
 }
 

@@ -8,6 +8,9 @@
 //                    out = gelu_tanh(pre_gelu), both from one cuBLASLt call (GELU_AUX_BIAS
 //                    epilogue), or on sm_90 with a bias from our own kernel (matmul_sm90.cuh,
 //                    ctx.gelu_gemm), which takes the GELU from the rounded pre_gelu.
+//   matmul_forward_residual: out (N, OC) = inp (N, IC) @ weight^T + bias + residual (N, OC),
+//                    the residual read as cuBLASLt's C (beta 1) and added in float before the
+//                    one rounding of out: the residual stream's add without a pass of its own.
 //   matmul_backward: dinp (N, IC) = dout @ weight              (OVERWRITES dinp)
 //                    with pre_gelu != null: dinp = (dout @ weight) * gelu'(pre_gelu) (DGELU
 //                    epilogue; pre_gelu is (N, IC), the input of the GELU whose output was this
@@ -38,6 +41,9 @@ namespace llmc {
 
 void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
                     const floatX* bias, int N, int IC, int OC, floatX* pre_gelu = nullptr);
+void matmul_forward_residual(const Context& ctx, floatX* out, const floatX* inp,
+                             const floatX* weight, const floatX* bias, const floatX* residual,
+                             int N, int IC, int OC);
 
 // Floats of dbias_scratch matmul_backward needs for a bias gradient of OC values, and of
 // gelu_dbias_scratch matmul_backward_input needs for N rows of IC.

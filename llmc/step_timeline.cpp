@@ -14,7 +14,7 @@ constexpr const char* kFamilyNames[kNumFamilies] = {
     "GEMM (cuBLASLt, ours)",
     "flash forward",
     "flash backward (dq, dkdv, fused, row stats, bias reduce)",
-    "layernorm forward (+ residual)",
+    "layernorm forward",
     "layernorm backward (+ weight/bias reduce)",
     "classifier (softmax, loss)",
     "encoder (forward, backward, sort)",

@@ -1,5 +1,4 @@
-// test_layernorm.cu: layernorm forward, fused residual + layernorm forward and layernorm
-// backward against the CPU reference (cpu_ops.h).
+// test_layernorm.cu: layernorm forward and backward against the CPU reference (cpu_ops.h).
 //
 // Shapes: GPT-2 (N=4096, C=768), small and odd ones (N=77 with C=128 and C=96; N=33, C=13,
 // which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block;
@@ -50,7 +49,7 @@ struct Shape {
 };
 
 struct Data {
-    std::vector<float> inp, inp2, weight, bias, dout, dinp0, dweight0, dbias0, dres0;
+    std::vector<float> inp, weight, bias, dout, dinp0, dweight0, dbias0, dres0;
 };
 
 Data make_data(const Shape& s, uint64_t seed) {
@@ -58,7 +57,6 @@ Data make_data(const Shape& s, uint64_t seed) {
     const size_t NC = (size_t)s.N * s.C;
     Data d;
     d.inp.resize(NC);
-    d.inp2.resize(NC);
     d.dout.resize(NC);
     d.dinp0.resize(NC);
     d.weight.resize(s.C);
@@ -67,7 +65,6 @@ Data make_data(const Shape& s, uint64_t seed) {
     d.dbias0.resize(s.C);
     d.dres0.resize(s.C);
     fill_uniform(d.inp, rng, 1.0f, 3.0f);
-    fill_uniform(d.inp2, rng, -1.0f, 1.0f);
     fill_uniform(d.weight, rng, 0.5f, 1.5f);
     fill_uniform(d.bias, rng, -0.5f, 0.5f);
     fill_uniform(d.dout, rng, -1.0f, 1.0f);
@@ -75,21 +72,19 @@ Data make_data(const Shape& s, uint64_t seed) {
     fill_uniform(d.dweight0, rng, -1.0f, 1.0f);
     fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
     fill_uniform(d.dres0, rng, -1.0f, 1.0f);
-    for (std::vector<float>* v : {&d.inp, &d.inp2, &d.weight, &d.bias, &d.dout, &d.dinp0,
-                                  &d.dweight0, &d.dbias0, &d.dres0}) {
+    for (std::vector<float>* v :
+         {&d.inp, &d.weight, &d.bias, &d.dout, &d.dinp0, &d.dweight0, &d.dbias0, &d.dres0}) {
         round_to_floatx(*v);
     }
     return d;
 }
 
 struct Device {
-    DeviceBuffer<floatX> inp, inp2, residual, out, weight, bias, dout, dinp, dweight, dbias, dres;
+    DeviceBuffer<floatX> inp, out, weight, bias, dout, dinp, dweight, dbias, dres;
     DeviceBuffer<float> mean, rstd;
     DeviceBuffer<unsigned char> scratch;
     Device(const Context& ctx, const Shape& s)
         : inp((size_t)s.N * s.C),
-          inp2((size_t)s.N * s.C),
-          residual((size_t)s.N * s.C),
           out((size_t)s.N * s.C),
           weight(s.C),
           bias(s.C),
@@ -120,7 +115,7 @@ void check_forward(const char* op, const Device& g, const std::vector<float>& ou
     check_close(name, download(g.rstd.get(), g.rstd.size()), rstd, kStatAtol, kStatRtol);
 }
 
-// Plain and fused forward. Leaves the CPU statistics of inp in mean_ref / rstd_ref.
+// The forward. Leaves the CPU statistics of inp in mean_ref / rstd_ref.
 void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
                   std::vector<float>* mean_ref, std::vector<float>* rstd_ref) {
     const size_t NC = (size_t)s.N * s.C;
@@ -134,22 +129,6 @@ void test_forward(const Context& ctx, const Shape& s, const Data& d, Device& g,
     check_forward("layernorm_forward", g, out, mean, rstd);
     *mean_ref = mean;
     *rstd_ref = rstd;
-
-    // The residual is one float add rounded once to floatX on both sides: exact.
-    std::vector<float> residual(NC);
-    cpu::residual_forward(residual.data(), d.inp.data(), d.inp2.data(), NC);
-    round_to_floatx(residual);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), residual.data(), d.weight.data(),
-                           d.bias.data(), s.N, s.C);
-    round_to_floatx(out);
-    poison_forward_outputs(g);
-    poison(g.residual.get(), g.residual.size());
-    fused_residual_layernorm_forward(ctx, g.residual.get(), g.out.get(), g.mean.get(), g.rstd.get(),
-                                     g.inp.get(), g.inp2.get(), g.weight.get(), g.bias.get(), s.N,
-                                     s.C);
-    check_close("fused_residual_layernorm residual", download(g.residual.get(), NC), residual, 0.0f,
-                0.0f);
-    check_forward("fused_residual_layernorm", g, out, mean, rstd);
 }
 
 // How the parameter gradients start: the random values of Data (added to), zeros (added to),
@@ -237,7 +216,6 @@ std::vector<unsigned char> test_shape(const Context& ctx, const Shape& s, uint64
     const Data d = make_data(s, seed);
     Device g(ctx, s);
     upload(g.inp.get(), d.inp);
-    upload(g.inp2.get(), d.inp2);
     upload(g.weight.get(), d.weight);
     upload(g.bias.get(), d.bias);
     upload(g.dout.get(), d.dout);

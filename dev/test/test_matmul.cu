@@ -2,6 +2,8 @@
 // and _backward, cpu::gelu_forward and _backward), through every cuBLASLt epilogue the model uses:
 //   matmul_forward         DEFAULT (no bias), BIAS, GELU_AUX (no bias), GELU_AUX_BIAS: out and
 //                          the GELU input pre_gelu (overwritten; poisoned first)
+//   matmul_forward_residual DEFAULT and BIAS with C = a random residual (beta 1): out against
+//                          the CPU's product plus the residual; the residual left unchanged
 //   matmul_backward_input  DEFAULT and DGELU (dinp overwritten; poisoned first)
 //   matmul_backward_weight dweight += (beta = 1, onto random values), and dbias += through our
 //                          column-sum kernels or, where dout's rows are not whole 16-byte vectors
@@ -115,7 +117,7 @@ struct LinearCase {
 
 // The inputs of one case, rounded to floatX (the CPU sees what the GPU holds).
 struct LinearData {
-    std::vector<float> inp, w, bias, dout, pre_in, dw0, dbias0, gelu_dbias0;
+    std::vector<float> inp, w, bias, dout, pre_in, dw0, dbias0, gelu_dbias0, res;
 };
 
 LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
@@ -129,6 +131,7 @@ LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
     d.dw0.resize(d.w.size());
     d.dbias0.resize(c.OC);
     d.gelu_dbias0.resize(c.IC);
+    d.res.resize((size_t)c.N * c.OC);
     fill_uniform(d.inp, rng, -1.0f, 1.0f);
     // Weights of GPT-2's size (1/sqrt(IC)), so the GELU input spreads over its curved part.
     const float wscale = 1.7f / std::sqrt((float)c.IC);
@@ -139,14 +142,16 @@ LinearData make_linear_data(const LinearCase& c, uint64_t seed) {
     fill_uniform(d.dw0, rng, -1.0f, 1.0f);
     fill_uniform(d.dbias0, rng, -1.0f, 1.0f);
     fill_uniform(d.gelu_dbias0, rng, -1.0f, 1.0f);
+    // A residual stream larger than the product, as GPT-2's grows through the layers.
+    fill_uniform(d.res, rng, -4.0f, 4.0f);
     for (std::vector<float>* v :
-         {&d.inp, &d.w, &d.bias, &d.dout, &d.pre_in, &d.dw0, &d.dbias0, &d.gelu_dbias0})
+         {&d.inp, &d.w, &d.bias, &d.dout, &d.pre_in, &d.dw0, &d.dbias0, &d.gelu_dbias0, &d.res})
         round_to_floatx(*v);
     return d;
 }
 
 struct LinearDevice {
-    DeviceBuffer<floatX> inp, w, bias, dout, pre_in, out, pre, dinp, dw, dbias, gelu_dbias;
+    DeviceBuffer<floatX> inp, w, bias, dout, pre_in, out, pre, dinp, dw, dbias, gelu_dbias, res;
     DeviceBuffer<float> scratch, gelu_scratch;
     explicit LinearDevice(const LinearCase& c)
         : inp((size_t)c.N * c.IC),
@@ -160,6 +165,7 @@ struct LinearDevice {
           dw((size_t)c.OC * c.IC),
           dbias(c.OC),
           gelu_dbias(c.IC),
+          res((size_t)c.N * c.OC),
           scratch(matmul_bias_scratch_floats(c.OC)),
           gelu_scratch(matmul_gelu_bias_scratch_floats(c.N, c.IC)) {}
     floatX* dout_ptr(const LinearCase& c) const { return dout.get() + (c.misaligned ? 1 : 0); }
@@ -204,11 +210,32 @@ void upload_linear(const LinearCase& c, const LinearData& d, LinearDevice* g) {
     upload(g->bias.get(), d.bias);
     upload(g->dout_ptr(c), d.dout);
     upload(g->pre_in.get(), d.pre_in);
+    upload(g->res.get(), d.res);
+}
+
+// matmul_forward_residual: out = the product (+ bias) + the residual, rounded once; the
+// residual (cuBLASLt's C) is read, never written.
+void test_forward_residual(const Context& ctx, const LinearCase& c, LinearDevice* g,
+                           const LinearData& d, const LinearRef& r, bool tf32) {
+    const size_t NO = (size_t)c.N * c.OC;
+    poison(g->out.get(), NO);
+    const std::vector<unsigned char> res_before = download_bytes(g->res.get(), NO * sizeof(floatX));
+    matmul_forward_residual(ctx, g->out.get(), g->inp.get(), g->w.get(),
+                            c.bias ? g->bias.get() : nullptr, g->res.get(), c.N, c.IC, c.OC);
+    std::vector<float> ref(NO), scale(NO);
+    for (size_t i = 0; i < NO; i++) {
+        ref[i] = (float)((double)r.pre[i] + (double)d.res[i]);
+        scale[i] = r.pre_scale[i] + std::fabs(d.res[i]);
+    }
+    check_sum("forward", c.bias ? "out + residual (BIAS, C)" : "out + residual (DEFAULT, C)",
+              download(g->out.get(), NO), ref, scale, c.IC, tf32);
+    check_bitwise_equal("forward with residual: the residual unchanged", res_before,
+                        download_bytes(g->res.get(), NO * sizeof(floatX)));
 }
 
 // Forward: out (and pre_gelu) against the CPU.
-void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, const LinearRef& r,
-                  bool tf32) {
+void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, const LinearData& d,
+                  const LinearRef& r, bool tf32) {
     const size_t NO = (size_t)c.N * c.OC;
     poison(g->out.get(), NO);
     poison(g->pre.get(), NO);
@@ -218,6 +245,7 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
     if (!c.gelu) {
         check_sum("forward", c.bias ? "out (BIAS)" : "out (DEFAULT)", out, r.pre, r.pre_scale, c.IC,
                   tf32);
+        test_forward_residual(ctx, c, g, d, r, tf32);
         return;
     }
     const bool ours = c.bias && gelu_gemm_forward_chosen(ctx, c.N, c.IC, c.OC,
@@ -434,7 +462,7 @@ void test_linear(Context* ctx, const LinearCase& c, uint64_t seed, bool tf32) {
     const LinearRef r = linear_reference(c, d);
     LinearDevice g(c);
     upload_linear(c, d, &g);
-    test_forward(*ctx, c, &g, r, tf32);
+    test_forward(*ctx, c, &g, d, r, tf32);
     test_backward(ctx, c, &g, d, r, tf32);
 }
 
