@@ -233,14 +233,15 @@ cublasStatus_t run_algo(const Context& ctx, const MatmulPlan* p, const LtCall& c
 // operands of the call's shape (A, B, the bias and the GELU input drawn uniformly from [-1, 1),
 // never zeros, so every product and every epilogue term shows; with beta != 0 D prefilled at
 // random, or a separate C random), and only those whose every output (D, the GELU aux output,
-// the bias gradient) is bitwise the reference's compete on time (median of 5 runs; ties keep the earlier). Equal bits
-// on millions of random outputs mean the same floating-point operations per element (another
-// order of summation or another split would differ somewhere), so whichever candidate wins, the
-// results are those of --autotune 0, on any data. Runs once per plan, in the eager warm-up step.
-// Extra memory while it runs (tuning_bytes): one random buffer as large as the largest input
-// (A and B alias it: both are read-only), and two copies of D when beta != 0; the call's own D
-// (and aux, bias-gradient) outputs serve as the outputs, since the real call rewrites them.
-// When that memory is not there, the plan keeps the first candidate: the same bits, maybe slower.
+// the bias gradient) is bitwise the reference's compete on time (median of 5 runs; ties keep the
+// earlier). Equal bits on millions of random outputs mean the same floating-point operations per
+// element (another order of summation or another split would differ somewhere), so whichever
+// candidate wins, the results are those of --autotune 0, on any data. Runs once per plan, in the
+// eager warm-up step. Extra memory while it runs (tuning_bytes): one random buffer as large as the
+// largest input (A and B alias it: both are read-only), and two copies of D when beta != 0; the
+// call's own D (and aux, bias-gradient) outputs serve as the outputs, since the real call rewrites
+// them. When that memory is not there, the plan keeps the first candidate: the same bits, maybe
+// slower.
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
