@@ -13,7 +13,8 @@
 # --json-summary in OUTDIR. Prints per B the median over rounds of each binary's median GPU
 # step (CUDA events, the trainer's first 2 steps left out) and wall clock step, NEW / OLD, and
 # whether every step's loss of every NEW run equals OLD's first run's bit for bit (9
-# significant digits).
+# significant digits); then each round's NEW / OLD ratio, whose spread shows the noise (the
+# step of a B=64 d12 run moves by several percent as the GPU's power cap pulls its clock).
 # Exit code 1 when a run failed or a loss differed; the times are for the reader to judge.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -70,6 +71,7 @@ print(f"OLD {old}\nNEW {new}")
 print("| B | OLD step ms | NEW step ms | NEW/OLD | OLD wall ms | NEW wall ms | NEW/OLD | losses |")
 print("|---|---|---|---|---|---|---|---|")
 bad = False
+ratios = []
 for B in batches:
     runs = {}
     for side in ("old", "new"):
@@ -90,6 +92,9 @@ for B in batches:
     print(f"| {B} | {med['old']:.3f} | {med['new']:.3f} | {med['new'] / med['old']:.4f} | "
           f"{wall['old']:.3f} | {wall['new']:.3f} | {wall['new'] / wall['old']:.4f} | "
           f"{'bitwise equal' if same else 'DIFFER'} |")
+    pairs = zip(runs["old"], runs["new"])
+    ratios.append(f"B={B}: " + " ".join(f"{n['median_ms'] / o['median_ms']:.4f}" for o, n in pairs))
+print("NEW/OLD GPU step of each round (its OLD and NEW runs back to back): " + "; ".join(ratios))
 sys.exit(1 if bad else 0)
 EOF
 exit $failed
