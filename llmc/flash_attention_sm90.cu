@@ -33,6 +33,10 @@
 // SMs (the last round under kPairsBalance full: flash_attention_sm90.cuh), one tile per CTA
 // instead, every head's longest tile first (as the mma.sync kernels do for small grids), and the
 // hardware balances the CTAs.
+// The default at HS 64 (variant 0) takes, with pairs, the cross-tile issue (S of the next tile's
+// diagonal with the last P V of this one); with one tile per CTA, a kernel of three consumer
+// warpgroups on 192-row query tiles ("Three consumer warpgroups" below), which keeps more
+// softmax chains in flight per scheduler where few CTAs share the GPU.
 // FLOPs (causal, useful): 4 * B*NH*T*T*HS / 2; a diagonal tile computes all of its 128 x 128
 // scores (12.5% more than useful at T = 1024), or 3/4 of them with the half diagonal. Bytes: qkv
 // read about once from DRAM, out written.
@@ -58,14 +62,18 @@ typedef __nv_bfloat16 bf16;
 constexpr int kBM = 128;  // query rows of a tile (64 per consumer warpgroup)
 constexpr int kBN = 128;  // keys of a K / V tile; kBM == kBN puts the diagonal in one tile
 constexpr int kThreads = 384;
+constexpr int kBM3 = 192;  // query rows of a tile of the three-warpgroup kernel (below)
+constexpr int kThreads3 = 512;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- Shared memory ------------------------------------------------------------------------------
 
-// Offsets from the 1024-byte aligned base: QBUF Q tiles, the K ring, the V ring, the mbarriers.
-template <int HS, int STAGES, int QBUF>
+// Offsets from the 1024-byte aligned base: QBUF Q tiles of BM rows, the K ring, the V ring, the
+// mbarriers. BM / 64 consumer warpgroups share a Q tile.
+template <int HS, int STAGES, int QBUF, int BM = kBM>
 struct ForwardSmem {
-    static constexpr uint32_t kQBytes = kBM * HS * 2;
+    static constexpr int kStages = STAGES, kQBuf = QBUF, kRows = BM, kGroups = BM / 64;
+    static constexpr uint32_t kQBytes = BM * HS * 2;
     static constexpr uint32_t kKvBytes = kBN * HS * 2;
     static constexpr uint32_t kQ = 0;
     static constexpr uint32_t kK = kQ + QBUF * kQBytes;
@@ -94,17 +102,18 @@ struct ForwardSmem {
 using namespace sm90;
 
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kConsumerThreads = 256;
 constexpr int kConsumerWarps = 8;
-// Named barriers of the consumers' turns (0 is __syncthreads').
+// Named barriers of the consumers' turns (0 is __syncthreads'), and the threads that meet at one:
+// the warpgroup waiting for its turn and the one releasing it.
 constexpr int kTurnBarrier = 1;
+constexpr int kTurnThreads = 256;
 
 // The producer's one thread: for each tile of this CTA, Q (into buffer tiles % QBUF), then K and
 // V of key tiles qb .. 0.
-template <int HS, int STAGES, int QBUF>
-__device__ void forward_producer(const CUtensorMap* map, const ForwardSmem<HS, STAGES, QBUF>& sm,
-                                 int NH, const TileSchedule& sched) {
-    using Smem = ForwardSmem<HS, STAGES, QBUF>;
+template <int HS, class Smem>
+__device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
+                                 const TileSchedule& sched) {
+    constexpr int STAGES = Smem::kStages, QBUF = Smem::kQBuf;
     prefetch_tensor_map(map);
     int kv = 0, tiles = 0;  // K/V tiles and query tiles loaded so far (ring position and phase)
     for (int i = 0;; i++) {
@@ -189,15 +198,16 @@ __device__ __forceinline__ void probabilities_to_a(uint32_t (&p)[32], const floa
     for (int r = 0; r < NE / 2; r++) p[r] = pack_bf16(s[2 * r], s[2 * r + 1]);
 }
 
-// S (64 rows of Q from q_row0 x the first 64 keys of a K tile with HALF, else all 128) = Q K^T.
-template <int HS, bool HALF>
+// S (64 rows of a Q tile of BM rows from q_row0 x the first 64 keys of a K tile with HALF, else
+// all 128) = Q K^T.
+template <int HS, bool HALF, int BM>
 __device__ __forceinline__ void issue_s(float (&s)[64], uint32_t q_tile, int q_row0,
                                         uint32_t k_tile) {
     if constexpr (HALF) {
-        gemm_ss_kmajor<kBN / 2, HS / 16>(reinterpret_cast<float(&)[32]>(s), q_tile, kBM, q_row0,
+        gemm_ss_kmajor<kBN / 2, HS / 16>(reinterpret_cast<float(&)[32]>(s), q_tile, BM, q_row0,
                                          k_tile, kBN, false);
     } else {
-        gemm_ss_kmajor<kBN, HS / 16>(s, q_tile, kBM, q_row0, k_tile, kBN, false);
+        gemm_ss_kmajor<kBN, HS / 16>(s, q_tile, BM, q_row0, k_tile, kBN, false);
     }
 }
 
@@ -213,15 +223,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[HS / 2], const uint32_t (&p)
     }
 }
 
-// The turns of the two consumer warpgroups (PINGPONG): warpgroup cw waits for its barrier
-// before issuing and then releases the other's.
-template <bool PINGPONG>
+// The turns of the NWG consumer warpgroups (PINGPONG): warpgroup cw waits for its barrier
+// before issuing and then releases the next one's (cw + 1 mod NWG), so that they issue in turn.
+template <bool PINGPONG, int NWG>
 __device__ __forceinline__ void turn_begin(int cw) {
-    if constexpr (PINGPONG) named_barrier_sync(kTurnBarrier + cw, kConsumerThreads);
+    if constexpr (PINGPONG) named_barrier_sync(kTurnBarrier + cw, kTurnThreads);
 }
-template <bool PINGPONG>
+template <bool PINGPONG, int NWG>
 __device__ __forceinline__ void turn_end(int cw) {
-    if constexpr (PINGPONG) named_barrier_arrive(kTurnBarrier + (1 - cw), kConsumerThreads);
+    if constexpr (PINGPONG) {
+        const int next = NWG == 2 ? 1 - cw : (cw + 1 == NWG ? 0 : cw + 1);
+        named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
+    }
 }
 
 // lse of this thread's 2 rows (row + 8 i) of head bh = m + log l (natural log; rows >= T
@@ -280,18 +293,18 @@ struct ConsumerState {
 // of them before returning (no wgmma is in flight across the branches that pick a step).
 
 // S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
-template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_S>
-__device__ __forceinline__ void step_s(ConsumerState<HS>& c,
-                                       const ForwardSmem<HS, STAGES, QBUF>& sm, int j, int qs,
+template <int HS, class Smem, bool PINGPONG, bool HALF_S>
+__device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                        bool last_s, float scale_log2) {
+    constexpr int STAGES = Smem::kStages;
     const int st = j % STAGES;
     mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
-    turn_begin<PINGPONG>(c.cw);
+    turn_begin<PINGPONG, Smem::kGroups>(c.cw);
     fence_operands(c.s);
     wgmma_fence();
-    issue_s<HS, HALF_S>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
+    issue_s<HS, HALF_S, Smem::kRows>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
     wgmma_commit();
-    turn_end<PINGPONG>(c.cw);
+    turn_end<PINGPONG, Smem::kGroups>(c.cw);
     wgmma_wait<0>();
     fence_operands(c.s);
     release(sm.k_empty(st), c.lane);
@@ -305,25 +318,25 @@ __device__ __forceinline__ void step_s(ConsumerState<HS>& c,
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
 // the pending P V ends the previous query tile, whose m and l the caller keeps).
-template <int HS, int STAGES, int QBUF, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
-__device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c,
-                                          const ForwardSmem<HS, STAGES, QBUF>& sm, int j, int qs,
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
+__device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                           bool last_s, float scale_log2) {
+    constexpr int STAGES = Smem::kStages;
     const int st = j % STAGES, pst = c.pv.j % STAGES;
     // V of the pending tile was loaded before K of this one: waiting for both first costs
     // nothing and keeps the issue below free of waits.
     mbar_wait_warp(sm.v_full(pst), (c.pv.j / STAGES) & 1);
     mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
-    turn_begin<PINGPONG>(c.cw);
+    turn_begin<PINGPONG, Smem::kGroups>(c.cw);
     fence_operands(c.s);
     fence_operands(c.o);
     fence_operands(c.p);
     wgmma_fence();
-    issue_s<HS, HALF_S>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
+    issue_s<HS, HALF_S, Smem::kRows>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
     wgmma_commit();
     issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
     wgmma_commit();
-    turn_end<PINGPONG>(c.cw);
+    turn_end<PINGPONG, Smem::kGroups>(c.cw);
     wgmma_wait<1>();  // S done, P V may still run
     fence_operands(c.s);
     release(sm.k_empty(st), c.lane);
@@ -342,18 +355,18 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c,
 }
 
 // The pending P V alone (HALF_PV: over 64 keys); O is then complete.
-template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_PV>
-__device__ __forceinline__ void step_pv(ConsumerState<HS>& c,
-                                        const ForwardSmem<HS, STAGES, QBUF>& sm) {
+template <int HS, class Smem, bool PINGPONG, bool HALF_PV>
+__device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
+    constexpr int STAGES = Smem::kStages;
     const int pst = c.pv.j % STAGES;
     mbar_wait_warp(sm.v_full(pst), (c.pv.j / STAGES) & 1);
-    turn_begin<PINGPONG>(c.cw);
+    turn_begin<PINGPONG, Smem::kGroups>(c.cw);
     fence_operands(c.o);
     fence_operands(c.p);
     wgmma_fence();
     issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
     wgmma_commit();
-    turn_end<PINGPONG>(c.cw);
+    turn_end<PINGPONG, Smem::kGroups>(c.cw);
     wgmma_wait<0>();
     fence_operands(c.o);
     release(sm.v_empty(pst), c.lane);
@@ -372,6 +385,7 @@ template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool 
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
+    using Smem = ForwardSmem<HS, STAGES, QBUF>;
     ConsumerState<HS> c;
     const int wt = threadIdx.x % 128;
     c.cw = threadIdx.x / 128 - 1;
@@ -387,7 +401,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
     for (int e = 0; e < 32; e++) c.p[e] = 0u;
     c.m[0] = c.m[1] = c.l[0] = c.l[1] = 0.0f;
     c.pv = PendingPv{0, 0, 0, false, false};
-    if (PINGPONG && c.cw == 1) named_barrier_arrive(kTurnBarrier, kConsumerThreads);  // 0 first
+    if (PINGPONG && c.cw == 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);  // 0 first
     // lse of the pending P V's query tile now, its output once O is complete.
     auto finish = [&](float(&inv)[2]) {
         finish_rows(lse, inv, c.m, c.l, c.pv.qb * kBM + c.row_local, T, c.pv.bh, c.lane);
@@ -397,9 +411,9 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
     };
     auto drain = [&]() {
         if (HALF && c.pv.half) {
-            step_pv<HS, STAGES, QBUF, PINGPONG, HALF>(c, sm);
+            step_pv<HS, Smem, PINGPONG, HALF>(c, sm);
         } else {
-            step_pv<HS, STAGES, QBUF, PINGPONG, false>(c, sm);
+            step_pv<HS, Smem, PINGPONG, false>(c, sm);
         }
         float inv[2];
         finish(inv);
@@ -423,22 +437,21 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
         if (CROSS_TILE && pending) {
             float inv[2];  // of the previous tile, whose m and l the step replaces
             finish(inv);
-            step_s_pv<HS, STAGES, QBUF, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1,
-                                                                     scale_log2);
+            step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
             store(inv);
         } else {
-            step_s<HS, STAGES, QBUF, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
         }
         c.pv = PendingPv{kv, t.bh, qb, true, HALF};
         pending = true;
 #pragma unroll 1
         for (int it = 1; it < n; it++) {
             if (HALF && it == 1) {
-                step_s_pv<HS, STAGES, QBUF, PINGPONG, false, false, HALF>(c, sm, kv + it, qs,
-                                                                          it == n - 1, scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, HALF>(c, sm, kv + it, qs, it == n - 1,
+                                                                  scale_log2);
             } else {
-                step_s_pv<HS, STAGES, QBUF, PINGPONG, false, false, false>(c, sm, kv + it, qs,
-                                                                           it == n - 1, scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, kv + it, qs, it == n - 1,
+                                                                   scale_log2);
             }
             c.pv = PendingPv{kv + it, t.bh, qb, false, false};
         }
@@ -452,7 +465,137 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
     if (pending) drain();
     // Warpgroup 1 arrived once more than warpgroup 0 waited (its first arrival): take it, so no
     // barrier is left mid-count.
-    if (PINGPONG && c.cw == 0) named_barrier_sync(kTurnBarrier, kConsumerThreads);
+    if (PINGPONG && c.cw == 0) named_barrier_sync(kTurnBarrier, kTurnThreads);
+}
+// ---- Three consumer warpgroups: 192-row query tiles (HS 64) -------------------------------------
+//
+// The same pipeline with 3 consumer warpgroups of 64 query rows (a fourth scheduler warp per SM
+// quarter to hide the softmax's dependency chains) and 512 threads: the producer at 24
+// registers, the consumers at 160 (HS 64 only: O takes 32 of them). Query tiles of 192 rows do
+// not line up with the 128-key tiles, so the tiles are placed from the top: tile qb holds rows
+// row0 + 192 qb .. + 191 with row0 = T64 - 192 n (T64: T rounded up to 64, n tiles), and rows
+// below 0 (at most 128, in tile 0) belong to no one. Each warpgroup's 64 rows (64 a .. 64 a + 63)
+// then lie inside one key tile, a / 2: its diagonal tile, the only one it masks. The producer
+// loads key tiles kmax .. 0 for the whole tile (kmax: the diagonal of the top warpgroup); a
+// warpgroup whose diagonal is kmax - 1 skips tile kmax, one with no rows skips them all (each
+// skipped stage waited for and released, each skip a turn without wgmmas, so that every
+// warpgroup takes kmax + 2 turns a tile and the turn ring stays in step).
+
+constexpr int kConsumerWarps3 = 12;
+
+// The producer's one thread: Q of the tile (the 64-row boxes of rows >= 0) into the one Q
+// buffer, then K and V of key tiles kmax .. 0.
+template <int HS, class Smem>
+__device__ void forward3_producer(const CUtensorMap* q_map, const CUtensorMap* kv_map,
+                                  const Smem& sm, int NH, int row0, const TileSchedule& sched) {
+    static_assert(Smem::kQBuf == 1, "one Q buffer");
+    prefetch_tensor_map(q_map);
+    prefetch_tensor_map(kv_map);
+    int kv = 0, tiles = 0;
+    for (int i = 0;; i++) {
+        const Tile t = schedule_tile(sched, i);
+        if (t.done) break;
+        if (!t.valid) continue;
+        const int b = t.bh / NH, h = t.bh % NH, r0 = row0 + kBM3 * (sched.n - 1 - t.rank);
+        const int w0 = r0 < 0 ? -r0 / 64 : 0;  // the first warpgroup with rows
+        mbar_wait(sm.q_empty(0), (tiles & 1) ^ 1);
+        mbar_arrive_expect_tx(sm.q_full(0), (3 - w0) * 64 * HS * 2);
+        for (int w = w0; w < 3; w++) {
+#pragma unroll
+            for (int cb = 0; cb < HS / 64; cb++) {
+                tma_load_4d(sm.q(0) + (cb * kBM3 + 64 * w) * kRowBytes, q_map, sm.q_full(0),
+                            cb * 64, h, r0 + 64 * w, b);
+            }
+        }
+        for (int kb = (r0 + kBM3 - 64) / kBN; kb >= 0; kb--, kv++) {
+            const int s = kv % Smem::kStages;
+            const uint32_t phase = ((kv / Smem::kStages) & 1) ^ 1;
+            mbar_wait(sm.k_empty(s), phase);
+            mbar_arrive_expect_tx(sm.k_full(s), Smem::kKvBytes);
+            tma_load_tile<HS, kBN>(sm.k(s), kv_map, sm.k_full(s), NH + h, kb * kBN, b);
+            mbar_wait(sm.v_empty(s), phase);
+            mbar_arrive_expect_tx(sm.v_full(s), Smem::kKvBytes);
+            tma_load_tile<HS, kBN>(sm.v(s), kv_map, sm.v_full(s), 2 * NH + h, kb * kBN, b);
+        }
+        tiles++;
+    }
+}
+
+// A key tile this warpgroup has no rows for: its K and V stages waited for and released, and
+// its turn taken without wgmmas.
+template <class Smem, bool PINGPONG>
+__device__ __forceinline__ void step_skip(int cw, int lane, const Smem& sm, int j) {
+    const int st = j % Smem::kStages;
+    const uint32_t phase = (j / Smem::kStages) & 1;
+    mbar_wait_warp(sm.k_full(st), phase);
+    release(sm.k_empty(st), lane);
+    mbar_wait_warp(sm.v_full(st), phase);
+    release(sm.v_empty(st), lane);
+    turn_begin<PINGPONG, Smem::kGroups>(cw);
+    turn_end<PINGPONG, Smem::kGroups>(cw);
+}
+
+// One of the three consumer warpgroups (cw = 0, 1, 2: rows 64 cw .. 64 cw + 63 of each tile).
+template <int HS, class Smem, bool PINGPONG>
+__device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float* __restrict__ lse,
+                                  int T, int NH, int row0, const TileSchedule& sched) {
+    // The scale as an immediate (one register fewer than a parameter): log2(e) / sqrt(64).
+    constexpr float scale_log2 = kLog2e * 0.125f;
+    static_assert(HS == 64, "the three-warpgroup kernel is for HS 64");
+    ConsumerState<HS> c;
+    const int wt = threadIdx.x % 128;
+    c.cw = threadIdx.x / 128 - 1;
+    c.lane = wt % 32;
+    // This thread's first row in its warpgroup's 64 (recomputed where used: registers are short).
+    auto row_in_group = [] { return 16 * ((threadIdx.x % 128) / 32) + (threadIdx.x % 32) / 4; };
+#pragma unroll
+    for (int e = 0; e < 64; e++) c.s[e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < HS / 2; e++) c.o[e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 32; e++) c.p[e] = 0u;
+    c.m[0] = c.m[1] = c.l[0] = c.l[1] = 0.0f;
+    c.pv = PendingPv{0, 0, 0, false, false};
+    if (PINGPONG && c.cw == 2) named_barrier_arrive(kTurnBarrier, kTurnThreads);  // 0 first
+    int kv = 0, tiles = 0;
+    for (int i = 0;; i++) {
+        const Tile t = schedule_tile(sched, i);
+        if (t.done) break;
+        if (!t.valid) continue;
+        const int qb = sched.n - 1 - t.rank, r0 = row0 + kBM3 * qb;
+        const int kmax = (r0 + kBM3 - 64) / kBN;
+        const int a = r0 / 64 + c.cw;          // this warpgroup's rows: 64 a .. 64 a + 63
+        const int n = a >= 0 ? a / 2 + 1 : 0;  // its key tiles: a / 2 (the diagonal) .. 0
+        const int skip = kmax + 1 - n;
+        mbar_wait_warp(sm.q_full(0), tiles & 1);
+        if (n == 0) release(sm.q_empty(0), c.lane);
+#pragma unroll 1
+        for (int k = 0; k < skip; k++) step_skip<Smem, PINGPONG>(c.cw, c.lane, sm, kv + k);
+        if (n > 0) {
+            c.row_local = 64 * (a % 2) + row_in_group();  // the row within its diagonal key tile
+            const int j0 = kv + skip;
+            step_s<HS, Smem, PINGPONG, false>(c, sm, j0, 0, n == 1, scale_log2);
+            c.pv = PendingPv{j0, t.bh, qb, true, false};
+#pragma unroll 1
+            for (int it = 1; it < n; it++) {
+                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, j0 + it, 0, it == n - 1,
+                                                                   scale_log2);
+                c.pv = PendingPv{j0 + it, t.bh, qb, false, false};
+            }
+            step_pv<HS, Smem, PINGPONG, false>(c, sm);
+            float inv[2];
+            const int row = 64 * a + row_in_group();
+            finish_rows(lse, inv, c.m, c.l, row, T, t.bh, c.lane);
+            store_rows<HS>(out, c.o, inv, row, T, t.bh, NH, c.lane);
+        } else {
+            turn_begin<PINGPONG, 3>(c.cw);  // the turn of the P V drain
+            turn_end<PINGPONG, 3>(c.cw);
+        }
+        kv += kmax + 1;
+        tiles++;
+    }
+    // Warpgroup 2 arrived once more than warpgroup 0 waited (its first arrival): take it.
+    if (PINGPONG && c.cw == 0) named_barrier_sync(kTurnBarrier, kTurnThreads);
 }
 #endif  // LLMC_SM90A_DEVICE
 
@@ -483,7 +626,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
-        if (threadIdx.x == 0) forward_producer<HS, STAGES, kQBuf>(&qkv_map, sm, NH, sched);
+        if (threadIdx.x == 0) forward_producer<HS>(&qkv_map, sm, NH, sched);
         return;
     }
     setmaxnreg_inc<232>();
@@ -497,18 +640,62 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #endif
 }
 
+// The launch bound of the three-warpgroup kernel (LLMC_SM90_LAUNCH_BOUND's rule).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LLMC_SM90_LAUNCH_BOUND3 32
+#else
+#define LLMC_SM90_LAUNCH_BOUND3 512
+#endif
+
+// Grid: TileSchedule over 192-row query tiles; kThreads3 threads; HS 64.
+template <int STAGES, bool PINGPONG>
+__global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
+    flash_attention_sm90_forward3_kernel(const __grid_constant__ CUtensorMap q_map,   // 64 rows
+                                         const __grid_constant__ CUtensorMap kv_map,  // 128 rows
+                                         bf16* __restrict__ out,                      // (B, T, C)
+                                         float* __restrict__ lse,                     // (B, NH, T)
+                                         int T, int NH, int row0, TileSchedule sched) {
+#ifdef LLMC_SM90A_DEVICE
+    using Smem = ForwardSmem<64, STAGES, 1, kBM3>;
+    extern __shared__ unsigned char smem_raw[];
+    const Smem sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+    if (threadIdx.x == 0) {
+        mbar_init(sm.q_full(0), 1);
+        mbar_init(sm.q_empty(0), kConsumerWarps3);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(sm.k_full(s), 1);
+            mbar_init(sm.k_empty(s), kConsumerWarps3);
+            mbar_init(sm.v_full(s), 1);
+            mbar_init(sm.v_empty(s), kConsumerWarps3);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        setmaxnreg_dec<32>();
+        if (threadIdx.x == 0) forward3_producer<64>(&q_map, &kv_map, sm, NH, row0, sched);
+        return;
+    }
+    setmaxnreg_inc<160>();
+    forward3_consumer<64, Smem, PINGPONG>(sm, out, lse, T, NH, row0, sched);
+#endif
+}
+
 // ---- Host ---------------------------------------------------------------------------------------
 
 // Variants: stages of the K/V ring (0: kDefaultStages of the head size), consumer turns, the
-// half diagonal tile of warpgroup 0, S of the next query tile with the last P V of this one, and
-// the block order (-1: pairs where they balance, else one tile per CTA; see "Block order").
-// Variant 0 is the default; the others stay compiled for dev/bench_attention --variants and are
-// checked by dev/test_flash_attention. The "always pairs" ones run every kernel with several
-// tiles per CTA on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as well).
+// half diagonal tile of warpgroup 0, S of the next query tile with the last P V of this one, the
+// block order (-1: pairs where they balance, else one tile per CTA; see "Block order") and the
+// consumer warpgroups. Variant 0 is the default, a choice between two others by the block
+// order; the others stay compiled for dev/bench_attention --variants and are checked by
+// dev/test_flash_attention. The "always pairs" ones run every kernel with several tiles per CTA
+// on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as well).
 struct ForwardVariant {
     int stages;
     bool pingpong, half_diagonal, cross_tile;
     int mode;
+    int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
+                 // the default's choice (forward_launch)
     const char* name;
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
@@ -521,18 +708,34 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-constexpr int kForwardVariants = 8;
+constexpr int kForwardVariants = 13;
+// The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
+// tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
+// they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
+constexpr int kDefaultPairs = 11, kDefaultTiles = 9, kDefaultHs128 = 12;
 constexpr ForwardVariant kVariants[kForwardVariants] = {
-    {0, true, false, false, -1,
-     "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance"},
-    {2, true, false, false, -1, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
-    {2, false, false, false, -1, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles"},
-    {3, false, false, false, -1, "128x128 tiles, 3 stages, no ping-pong, pairs or tiles"},
-    {0, true, false, false, kPairs, "as 0, always pairs"},
-    {0, true, true, false, kPairs, "as 0, half diagonal tile in warpgroup 0, always pairs"},
-    {0, true, false, true, kPairs, "as 0, next tile's S with the last P V (HS 64), always pairs"},
-    {0, false, true, true, kPairs,
-     "as 0 without ping-pong, half diagonal and next tile's S (HS 64), always pairs"},
+    {0, true, false, true, -1, 0,
+     "the default: at HS 64, 11 where pairs balance, else 9; at HS 128, 12"},
+    {2, true, false, false, -1, 2, "128x128 tiles, 2 stages, ping-pong, pairs or tiles by balance"},
+    {2, false, false, false, -1, 2, "128x128 tiles, 2 stages, no ping-pong, pairs or tiles"},
+    {3, false, false, false, -1, 2, "128x128 tiles, 3 stages, no ping-pong, pairs or tiles"},
+    {0, true, false, false, kPairs, 2, "as 12, always pairs"},
+    {0, true, true, false, kPairs, 2, "as 12, half diagonal tile in warpgroup 0, always pairs"},
+    {0, true, false, true, kPairs, 2,
+     "as 12, next tile's S with the last P V (HS 64), always pairs"},
+    {0, false, true, true, kPairs, 2,
+     "as 12 without ping-pong, half diagonal and next tile's S (HS 64), always pairs"},
+    {4, true, false, false, -1, 3,
+     "192x128 tiles, 3 consumer warpgroups in turns, 4 stages (HS 64; else as 12)"},
+    {4, false, false, false, -1, 3,
+     "192x128 tiles, 3 consumer warpgroups, no turns, 4 stages (HS 64; else as 12)"},
+    {4, true, false, false, kPairs, 3,
+     "192x128 tiles, 3 consumer warpgroups in turns, 4 stages (HS 64; else as 12), always pairs"},
+    {0, true, false, true, -1, 2,
+     "as 12, next tile's S with the last P V (HS 64), pairs or tiles by balance"},
+    {0, true, false, false, -1, 2,
+     "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
+     "default before 0's choice)"},
 };
 
 template <typename Kernel>
@@ -542,11 +745,33 @@ bool set_smem(Kernel kernel, size_t bytes) {
     return true;
 }
 
-template <int HS, int V>
-void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
-                    int NH) {
+// The three-warpgroup kernel of variant V (HS 64).
+template <int V>
+void forward3_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
+                     int NH) {
     constexpr ForwardVariant v = kVariants[V];
-    constexpr int kStages = v.stages > 0 ? v.stages : kDefaultStages<HS>;
+    constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3>::kDynamicBytes;
+    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong>;
+    static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
+    (void)smem_set;
+    const CUtensorMap q_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, 64);
+    const CUtensorMap kv_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, kBN);
+    // Tiles from the top (see "Three consumer warpgroups"): row0 in (-192, 0], a multiple of 64.
+    const int T64 = (T + 63) / 64 * 64, n = (T64 + kBM3 - 1) / kBM3, row0 = T64 - kBM3 * n;
+    const TileSchedule sched = make_schedule(ctx, v.mode, B * NH, n);
+    const long long grid = schedule_grid(ctx, sched);
+    kernel<<<(unsigned)grid, kThreads3, smem, ctx.stream>>>(q_map, kv_map, out, lse, T, NH, row0,
+                                                            sched);
+    LLMC_CUDA_CHECK_LAST();
+}
+
+// The two-warpgroup kernel of variant V (for a three-warpgroup variant at HS 128: variant 12
+// with its turns).
+template <int HS, int V>
+void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
+                     int NH) {
+    constexpr ForwardVariant v = kVariants[V];
+    constexpr int kStages = v.stages > 0 && v.groups == 2 ? v.stages : kDefaultStages<HS>;
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
     constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
     auto* const kernel =
@@ -559,6 +784,24 @@ void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, 
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     kernel<<<(unsigned)grid, kThreads, smem, ctx.stream>>>(map, out, lse, T, NH, scale_log2, sched);
     LLMC_CUDA_CHECK_LAST();
+}
+
+template <int HS, int V>
+void forward_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
+                    int NH) {
+    if constexpr (kVariants[V].groups == 0) {  // the default's choice
+        if constexpr (HS != 64) {
+            forward2_launch<HS, kDefaultHs128>(ctx, out, lse, qkv, B, T, NH);
+        } else if (make_schedule(ctx, -1, B * NH, (T + kBM - 1) / kBM).mode == kPairs) {
+            forward2_launch<HS, kDefaultPairs>(ctx, out, lse, qkv, B, T, NH);
+        } else {
+            forward3_launch<kDefaultTiles>(ctx, out, lse, qkv, B, T, NH);
+        }
+    } else if constexpr (kVariants[V].groups == 3 && HS == 64) {
+        forward3_launch<V>(ctx, out, lse, qkv, B, T, NH);
+    } else {
+        forward2_launch<HS, V>(ctx, out, lse, qkv, B, T, NH);
+    }
 }
 
 // forward_launch of the run-time variant.

@@ -437,9 +437,10 @@ int main(int argc, char** argv) {
         // from its x.
         {24, 257, 12, 64},
     };
-    // The Hopper kernels' head sizes at every T that matters to their tiles (128 rows): 1, odd,
-    // around 64 and 128, partial last tiles, multiples, several tiles; B*NH odd.
-    const int sm90_ts[] = {1, 17, 63, 64, 65, 77, 129, 333, 777, 1000, 1024, 2048};
+    // The Hopper kernels' head sizes at every T that matters to their tiles (128 rows, or 192
+    // placed from the top at a multiple of 64): 1, odd, around 64 and 128, partial last tiles,
+    // multiples, several tiles, the top tile's first row at 0, -64 and -128; B*NH odd.
+    const int sm90_ts[] = {1, 17, 63, 64, 65, 77, 129, 193, 333, 777, 1000, 1024, 2048};
     std::vector<Shape> sm90_small, sm90_large;
     for (int hs : {64, 128}) {
         for (size_t i = 0; i < sizeof(sm90_ts) / sizeof(sm90_ts[0]); i++) {
