@@ -21,6 +21,11 @@
 // every GPT-2 width) the row-in-registers kernels run: each row is read from memory once and
 // the backward keeps each lane's weight/bias gradient sums in registers; they compute the same
 // sums in the same order as the generic kernels, so results are bit-identical between the two.
+// The backward's register-held kernels take rows up to kMaxBackwardRegisterIters * 32 * kVecX
+// (1280 in bf16); wider rows with vector loads take the column-slice kernels (a pass for each
+// row's two means, then slices of columns with their sums in registers), whose dinp is the
+// warp-per-row kernel's but whose partial rows sum other rows per block (every variant takes
+// them, so the variants still agree bit for bit).
 // Backward variant 1 (ctx.layernorm_backward_variant, LLMC_LAYERNORM_BACKWARD_VARIANT=1):
 // layernorm_backward_rows_in_flight_kernel where the register-held kernel would run, at most 32
 // values per lane (C <= 1024 in bf16): the same sums in the same order with fewer dependent trips
@@ -70,7 +75,7 @@ constexpr int kBackwardBlocksPerSm = 2;  // what fits: 2 x 256 threads x 128 reg
 constexpr int kMaxRegisterIters = 7;
 // The backward keeps three sums per column in registers (kSums): past 40 values per lane (5
 // iterations in bf16) it spills, so wider rows (GPT-2 XL's C = 1600 in bf16) take the
-// warp-per-row backward. Up to 24 values per lane (GPT-2 small's C = 768) it fits in 128
+// column-slice kernels. Up to 24 values per lane (GPT-2 small's C = 768) it fits in 128
 // registers: 2 blocks per SM.
 constexpr int kMaxBackwardRegisterIters =
     40 / kVecX < kMaxRegisterIters ? 40 / kVecX : kMaxRegisterIters;
@@ -424,6 +429,129 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize,
         }
     }
     write_block_partials<kVec, kIters>(partials, block_sums, dw, db, dr, C);
+}
+
+// Rows too wide for the register-held kernels (C > kMaxBackwardRegisterIters * 32 * kVec: GPT-2
+// XL's C = 1600 in bf16, every GPT-2 width past 1280 in fp32) with vector loads: two kernels
+// instead of the warp-per-row one, whose (kSums, C) float slice per warp left it 2 warps a block
+// at C = 1600. The first writes each row's two means (mean_dn, mean_dn_xhat: the same sums in the
+// same order as the other kernels' first pass); the second takes slices of kSliceIters column
+// groups (blockIdx.y) of the rows of its warps (blockIdx.x), so that each lane keeps its slice's
+// column sums in registers, 8 warps a block: dinp as the other kernels compute it, and the
+// block's partial row for its columns, its warps' sums added in warp order.
+constexpr int kSliceIters = 3;
+
+template <int kVec>
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
+    layernorm_backward_row_means_kernel(float2* __restrict__ row_means,     // (N)
+                                        const floatX* __restrict__ dout,    // (N, C)
+                                        const floatX* __restrict__ inp,     // (N, C)
+                                        const floatX* __restrict__ weight,  // (C)
+                                        const float* __restrict__ mean,     // (N)
+                                        const float* __restrict__ rstd,     // (N)
+                                        int N, int C) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    if (row >= N) return;
+    const size_t base = (size_t)row * C;
+    const float m = mean[row];
+    const float s = rstd[row];
+    float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+        const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
+        const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+        const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            const float dn = to_float(g.v[k]) * to_float(w.v[k]);
+            sum_dn += dn;
+            sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
+        }
+    }
+    const float mean_dn = warp_sum(sum_dn) / (float)C;
+    const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+    if (lane == 0) row_means[row] = make_float2(mean_dn, mean_dn_xhat);
+}
+
+// Dynamic shared memory: (kSums, kSliceIters * 32 * kVec) floats.
+template <int kVec>
+__global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize, 2)
+    layernorm_backward_column_slices_kernel(floatX* __restrict__ dinp,             // (N, C)
+                                            float* __restrict__ partials,          // (G, 3, C)
+                                            const float2* __restrict__ row_means,  // (N)
+                                            const floatX* __restrict__ dout,       // (N, C)
+                                            const floatX* __restrict__ inp,        // (N, C)
+                                            const floatX* __restrict__ weight,     // (C)
+                                            const float* __restrict__ mean,        // (N)
+                                            const float* __restrict__ rstd,        // (N)
+                                            int N, int C) {
+    constexpr int kCols = kSliceIters * kWarpSize * kVec;  // columns of a slice
+    extern __shared__ float block_sums[];                  // (kSums, kCols)
+    pdl_wait();
+    pdl_launch_dependents();
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    const int c0 = blockIdx.y * kCols;
+    float dw[kSliceIters][kVec], db[kSliceIters][kVec], dr[kSliceIters][kVec];
+#pragma unroll
+    for (int i = 0; i < kSliceIters; i++) {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            dw[i][k] = 0.0f;
+            db[i][k] = 0.0f;
+            dr[i][k] = 0.0f;
+        }
+    }
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row];
+        const float s = rstd[row];
+        const float2 means = row_means[row];
+#pragma unroll
+        for (int i = 0; i < kSliceIters; i++) {
+            const int c = c0 + (i * kWarpSize + lane) * kVec;
+            if (c < C) {
+                const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
+                const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+                const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+                Vec<floatX, kVec> d = load_vec<kVec>(dinp + base + c);
+#pragma unroll
+                for (int k = 0; k < kVec; k++) {
+                    const float gk = to_float(g.v[k]);
+                    const float xhat = (to_float(x.v[k]) - m) * s;
+                    const float dn = gk * to_float(w.v[k]);
+                    d.v[k] =
+                        from_float<floatX>(to_float(d.v[k]) + s * (dn - means.x - xhat * means.y));
+                    dw[i][k] += gk * xhat;
+                    db[i][k] += gk;
+                    dr[i][k] += to_float(d.v[k]);
+                }
+                store_vec<kVec>(dinp + base + c, d);
+            }
+        }
+    }
+    // The block's partial row for this slice: warp w adds after warps 0..w-1.
+    for (int w = 0; w < warps; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int i = 0; i < kSliceIters; i++) {
+                const int c = (i * kWarpSize + lane) * kVec;
+                if (c0 + c < C) {
+                    add_in_order<kVec>(block_sums + c, dw[i], w == 0);
+                    add_in_order<kVec>(block_sums + kCols + c, db[i], w == 0);
+                    add_in_order<kVec>(block_sums + 2 * kCols + c, dr[i], w == 0);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int j = threadIdx.x; j < kSums * kCols; j += blockDim.x) {
+        const int sum = j / kCols, c = c0 + j % kCols;
+        if (c < C) partials[(size_t)blockIdx.x * kSums * C + (size_t)sum * C + c] = block_sums[j];
+    }
 }
 
 // Variant 1 of the backward (Context::layernorm_backward_variant): the register-held kernel's
@@ -820,6 +948,12 @@ int register_iters(int C) {
     return iters <= kMaxRegisterIters ? iters : 0;
 }
 
+// Whether the backward of rows of C takes the column-slice kernels (given vector loads).
+bool column_slices(int C) {
+    const int iters = register_iters(C);
+    return C % kVecX == 0 && (iters == 0 || iters > kMaxBackwardRegisterIters);
+}
+
 // Dynamic shared memory of the staged-rows kernel: the warps' rings, or their (kSums, C) float
 // slices at the end, whichever is larger.
 size_t staged_rows_smem_bytes(int warps, int C) {
@@ -917,7 +1051,9 @@ size_t layernorm_backward_scratch_bytes(const Context& ctx, int N, int C) {
                C, kMaxC);
     const int blocks =
         std::max(backward_shape(ctx, N, C, true).blocks, backward_shape(ctx, N, C, false).blocks);
-    return (size_t)blocks * kSums * C * sizeof(float);
+    // The partial rows, then (column-slice kernels) the rows' two means.
+    return (size_t)blocks * kSums * C * sizeof(float) +
+           (column_slices(C) ? (size_t)N * sizeof(float2) : 0);
 }
 
 void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, floatX* dbias,
@@ -940,6 +1076,7 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     const int iters = vec ? register_iters(C) : 0;
     const bool registers = iters > 0 && iters <= kMaxBackwardRegisterIters;
     const BackwardShape shape = backward_shape(ctx, N, C, registers);
+    int shape_blocks = shape.blocks;  // partial rows written
     const size_t smem = (size_t)shape.warps * kSums * C * sizeof(float);
     if (registers) {
         // Only the block's (kSums, C) sums live in shared memory here.
@@ -970,6 +1107,23 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
                           shape.warps * kWarpSize, block_smem, dinp, partials, dout, inp, weight,
                           mean, rstd, N, C);
         });
+    } else if (vec && column_slices(C)) {
+        // The rows' means after the partial rows in scratch (layernorm_backward_scratch_bytes),
+        // which are as many as the larger of the two shapes; the slices take the register
+        // kernels' shape (8 warps a block).
+        const BackwardShape slices_shape = backward_shape(ctx, N, C, true);
+        const int blocks = std::max(slices_shape.blocks, backward_shape(ctx, N, C, false).blocks);
+        float2* row_means = reinterpret_cast<float2*>(partials + (size_t)blocks * kSums * C);
+        launch_kernel(ctx, ctx.stream, layernorm_backward_row_means_kernel<kVecX>,
+                      (N + kBackwardMaxWarps - 1) / kBackwardMaxWarps,
+                      kBackwardMaxWarps * kWarpSize, 0, row_means, dout, inp, weight, mean, rstd, N,
+                      C);
+        constexpr int kCols = kSliceIters * kWarpSize * kVecX;
+        launch_kernel(ctx, ctx.stream, layernorm_backward_column_slices_kernel<kVecX>,
+                      dim3(slices_shape.blocks, (C + kCols - 1) / kCols),
+                      slices_shape.warps * kWarpSize, kSums * kCols * sizeof(float), dinp, partials,
+                      row_means, dout, inp, weight, mean, rstd, N, C);
+        shape_blocks = slices_shape.blocks;
     } else if (vec) {
         launch_kernel(ctx, ctx.stream, layernorm_backward_warp_per_row_kernel<kVecX>, shape.blocks,
                       shape.warps * kWarpSize, smem, dinp, partials, dout, inp, weight, mean, rstd,
@@ -986,7 +1140,7 @@ void layernorm_backward(const Context& ctx, floatX* dinp, floatX* dweight, float
     if (reduce_on_branch) branch_fork(ctx);
     launch_kernel(ctx, stream_for(ctx, reduce_on_branch), layernorm_param_grads_reduce_kernel,
                   reduce_blocks, dim3(kReduceCols, kReduceGroups), 0, dweight, dbias, dres_bias,
-                  partials, shape.blocks, C, sums, accumulate_param_grads);
+                  partials, shape_blocks, C, sums, accumulate_param_grads);
 }
 
 }  // namespace llmc

@@ -3,8 +3,10 @@
 // Shapes: GPT-2 (N=4096, C=768), small and odd ones (N=77 with C=128 and C=96; N=33, C=13,
 // which takes the one-element path; N=5, C=1600, GPT-2 XL's width with few warps per block;
 // N=9, C=2048, too wide for the row-in-registers kernels in bf16), and more rows than three per
-// warp of the backward's grid (N=12345 at C=768, N=9001 at C=1024), so that variant 2's ring of
-// staged rows wraps around.
+// warp of the backward's grid (N=12345 at C=768, N=9001 at C=1024, N=6007 at C=1600), so that
+// variant 2's ring of staged rows wraps around and the column-slice kernels of the wide rows
+// (C=1600 and 2048 with vector loads: a last slice of 64 and 512 columns in bf16) sum several
+// rows per warp.
 // Inputs have a mean of 2, so a one-pass variance would show. The backward starts from random
 // dinp, dweight, dbias (it accumulates) and is run twice with the scratch poisoned: results
 // must be bitwise identical.
@@ -245,6 +247,7 @@ int main() {
         // warps; more SMs stay under 12345 / 3): variant 2's two-stage ring is reused.
         {"gpt2 width, 5+ rows per warp", 12345, 768},
         {"gpt2-medium width, 4+ rows per warp", 9001, 1024},
+        {"gpt2-xl width, 2+ rows per warp", 6007, 1600},
     };
     constexpr int kShapes = sizeof(shapes) / sizeof(shapes[0]);
     constexpr int kPasses = 3;  // pass p runs backward variant p
