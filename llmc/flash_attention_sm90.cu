@@ -108,12 +108,29 @@ constexpr int kConsumerWarps = 8;
 constexpr int kTurnBarrier = 1;
 constexpr int kTurnThreads = 256;
 
+// K and V of key tiles kb_top .. 0 of head h of batch b into the ring from position kv on (the
+// producer's thread; kv advances past them).
+template <int HS, class Smem>
+__device__ __forceinline__ void load_kv_tiles(const CUtensorMap* map, const Smem& sm, int& kv,
+                                              int kb_top, int NH, int h, int b) {
+    for (int kb = kb_top; kb >= 0; kb--, kv++) {
+        const int s = kv % Smem::kStages;
+        const uint32_t phase = ((kv / Smem::kStages) & 1) ^ 1;
+        mbar_wait(sm.k_empty(s), phase);
+        mbar_arrive_expect_tx(sm.k_full(s), Smem::kKvBytes);
+        tma_load_tile<HS, kBN>(sm.k(s), map, sm.k_full(s), NH + h, kb * kBN, b);
+        mbar_wait(sm.v_empty(s), phase);
+        mbar_arrive_expect_tx(sm.v_full(s), Smem::kKvBytes);
+        tma_load_tile<HS, kBN>(sm.v(s), map, sm.v_full(s), 2 * NH + h, kb * kBN, b);
+    }
+}
+
 // The producer's one thread: for each tile of this CTA, Q (into buffer tiles % QBUF), then K and
 // V of key tiles qb .. 0.
 template <int HS, class Smem>
 __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
                                  const TileSchedule& sched) {
-    constexpr int STAGES = Smem::kStages, QBUF = Smem::kQBuf;
+    constexpr int QBUF = Smem::kQBuf;
     prefetch_tensor_map(map);
     int kv = 0, tiles = 0;  // K/V tiles and query tiles loaded so far (ring position and phase)
     for (int i = 0;; i++) {
@@ -124,16 +141,7 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
         mbar_wait(sm.q_empty(qs), ((tiles / QBUF) & 1) ^ 1);
         mbar_arrive_expect_tx(sm.q_full(qs), Smem::kQBytes);
         tma_load_tile<HS, kBM>(sm.q(qs), map, sm.q_full(qs), h, qb * kBM, b);
-        for (int kb = qb; kb >= 0; kb--, kv++) {
-            const int s = kv % STAGES;
-            const uint32_t phase = ((kv / STAGES) & 1) ^ 1;
-            mbar_wait(sm.k_empty(s), phase);
-            mbar_arrive_expect_tx(sm.k_full(s), Smem::kKvBytes);
-            tma_load_tile<HS, kBN>(sm.k(s), map, sm.k_full(s), NH + h, kb * kBN, b);
-            mbar_wait(sm.v_empty(s), phase);
-            mbar_arrive_expect_tx(sm.v_full(s), Smem::kKvBytes);
-            tma_load_tile<HS, kBN>(sm.v(s), map, sm.v_full(s), 2 * NH + h, kb * kBN, b);
-        }
+        load_kv_tiles<HS>(map, sm, kv, qb, NH, h, b);
         tiles++;
     }
 }
@@ -507,16 +515,7 @@ __device__ void forward3_producer(const CUtensorMap* q_map, const CUtensorMap* k
                             cb * 64, h, r0 + 64 * w, b);
             }
         }
-        for (int kb = (r0 + kBM3 - 64) / kBN; kb >= 0; kb--, kv++) {
-            const int s = kv % Smem::kStages;
-            const uint32_t phase = ((kv / Smem::kStages) & 1) ^ 1;
-            mbar_wait(sm.k_empty(s), phase);
-            mbar_arrive_expect_tx(sm.k_full(s), Smem::kKvBytes);
-            tma_load_tile<HS, kBN>(sm.k(s), kv_map, sm.k_full(s), NH + h, kb * kBN, b);
-            mbar_wait(sm.v_empty(s), phase);
-            mbar_arrive_expect_tx(sm.v_full(s), Smem::kKvBytes);
-            tma_load_tile<HS, kBN>(sm.v(s), kv_map, sm.v_full(s), 2 * NH + h, kb * kBN, b);
-        }
+        load_kv_tiles<HS>(kv_map, sm, kv, (r0 + kBM3 - 64) / kBN, NH, h, b);
         tiles++;
     }
 }
