@@ -108,6 +108,25 @@ constexpr int kConsumerWarps = 8;
 constexpr int kTurnBarrier = 1;
 constexpr int kTurnThreads = 256;
 
+// The mbarriers of a ForwardSmem, by thread 0 of the CTA: "full" ones await one arrival (the
+// producer's, with its TMA bytes), "empty" ones one per consumer warp.
+template <class Smem>
+__device__ __forceinline__ void init_barriers(const Smem& sm, int consumer_warps) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < Smem::kQBuf; i++) {
+            mbar_init(sm.q_full(i), 1);
+            mbar_init(sm.q_empty(i), consumer_warps);
+        }
+        for (int s = 0; s < Smem::kStages; s++) {
+            mbar_init(sm.k_full(s), 1);
+            mbar_init(sm.k_empty(s), consumer_warps);
+            mbar_init(sm.v_full(s), 1);
+            mbar_init(sm.v_empty(s), consumer_warps);
+        }
+        fence_barrier_init();
+    }
+}
+
 // K and V of key tiles kb_top .. 0 of head h of batch b into the ring from position kv on (the
 // producer's thread; kv advances past them).
 template <int HS, class Smem>
@@ -609,19 +628,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     constexpr int kQBuf = CROSS_TILE ? 2 : 1;
     extern __shared__ unsigned char smem_raw[];
     const ForwardSmem<HS, STAGES, kQBuf> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < kQBuf; i++) {
-            mbar_init(sm.q_full(i), 1);
-            mbar_init(sm.q_empty(i), kConsumerWarps);
-        }
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(sm.k_full(s), 1);
-            mbar_init(sm.k_empty(s), kConsumerWarps);
-            mbar_init(sm.v_full(s), 1);
-            mbar_init(sm.v_empty(s), kConsumerWarps);
-        }
-        fence_barrier_init();
-    }
+    init_barriers(sm, kConsumerWarps);
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
@@ -658,17 +665,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
     using Smem = ForwardSmem<64, STAGES, 1, kBM3>;
     extern __shared__ unsigned char smem_raw[];
     const Smem sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
-    if (threadIdx.x == 0) {
-        mbar_init(sm.q_full(0), 1);
-        mbar_init(sm.q_empty(0), kConsumerWarps3);
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(sm.k_full(s), 1);
-            mbar_init(sm.k_empty(s), kConsumerWarps3);
-            mbar_init(sm.v_full(s), 1);
-            mbar_init(sm.v_empty(s), kConsumerWarps3);
-        }
-        fence_barrier_init();
-    }
+    init_barriers(sm, kConsumerWarps3);
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<32>();
