@@ -494,19 +494,20 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
     // barrier is left mid-count.
     if (PINGPONG && c.cw == 0) named_barrier_sync(kTurnBarrier, kTurnThreads);
 }
+
 // ---- Three consumer warpgroups: 192-row query tiles (HS 64) -------------------------------------
 //
-// The same pipeline with 3 consumer warpgroups of 64 query rows (a fourth scheduler warp per SM
-// quarter to hide the softmax's dependency chains) and 512 threads: the producer at 24
-// registers, the consumers at 160 (HS 64 only: O takes 32 of them). Query tiles of 192 rows do
-// not line up with the 128-key tiles, so the tiles are placed from the top: tile qb holds rows
-// row0 + 192 qb .. + 191 with row0 = T64 - 192 n (T64: T rounded up to 64, n tiles), and rows
-// below 0 (at most 128, in tile 0) belong to no one. Each warpgroup's 64 rows (64 a .. 64 a + 63)
-// then lie inside one key tile, a / 2: its diagonal tile, the only one it masks. The producer
-// loads key tiles kmax .. 0 for the whole tile (kmax: the diagonal of the top warpgroup); a
-// warpgroup whose diagonal is kmax - 1 skips tile kmax, one with no rows skips them all (each
-// skipped stage waited for and released, each skip a turn without wgmmas, so that every
-// warpgroup takes kmax + 2 turns a tile and the turn ring stays in step).
+// The same pipeline with 3 consumer warpgroups of 64 query rows (three consumer warps a
+// scheduler instead of two, to hide more of the softmax's dependency chains) and 512 threads:
+// the producer at 32 registers, the consumers at 160 (HS 64 only: O takes 32 of them). Query
+// tiles of 192 rows do not line up with the 128-key tiles, so the tiles are placed from the top:
+// tile qb holds rows row0 + 192 qb .. + 191 with row0 = T64 - 192 n (T64: T rounded up to 64,
+// n tiles), and rows below 0 (at most 128, in tile 0) belong to no one. The 64 rows of each
+// warpgroup, 64 a .. 64 a + 63, then lie inside one key tile, a / 2: its diagonal tile, the only
+// one it masks. The producer loads key tiles kmax .. 0 for the whole tile (kmax: the diagonal of
+// the top warpgroup); a warpgroup whose diagonal is kmax - 1 skips tile kmax, one with no rows
+// skips them all (each skipped stage waited for and released, each skip a turn without wgmmas,
+// so that every warpgroup takes kmax + 2 turns a tile and the turn ring stays in step).
 
 constexpr int kConsumerWarps3 = 12;
 
