@@ -84,6 +84,8 @@ struct ForwardSmem {
     static constexpr size_t kDynamicBytes = kBars + kNumBars * 8 + 1024;
     static_assert(kQBytes % 1024 == 0 && kKvBytes % 1024 == 0, "tiles keep 1024-byte alignment");
     static_assert(kDynamicBytes <= 227 * 1024, "fits a CTA's opt-in shared memory");
+    static_assert(kStages >= 2 && kQBuf >= 1 && kGroups * 64 == kRows,
+                  "a ring, a Q tile, whole warpgroups");
 
     uint32_t base;
     __device__ uint32_t q(int i) const { return base + kQ + i * kQBytes; }
