@@ -25,7 +25,7 @@
 // mma.sync one on 128), then every variant of the Hopper backward's dq and dk/dv kernels, and
 // the fused Hopper backward (its dk and dv bitwise the two kernels'); the default path must
 // equal its kernels' variant 0 (or the fused backward, per LLMC_FLASH_FUSED_BACKWARD) bit for bit.
-// `--small` runs only the small shapes (for compute-sanitizer).
+// `--small` runs only the small shapes (for compute-sanitizer); `--shape B,T,NH,HS` one shape.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -421,6 +421,16 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
 int main(int argc, char** argv) {
     skip_if_no_device();
     const bool small_only = argc > 1 && std::strcmp(argv[1], "--small") == 0;
+    // --shape B,T,NH,HS: that shape alone (to rerun one, say a failing one, many times).
+    Shape one{0, 0, 0, 0};
+    if (argc > 1 && std::strcmp(argv[1], "--shape") == 0) {
+        LLMC_CHECK(argc > 2 &&
+                       std::sscanf(argv[2], "%d,%d,%d,%d", &one.B, &one.T, &one.NH, &one.HS) == 4 &&
+                       one.B > 0 && one.T > 0 && one.NH > 0 && one.HS > 0 && one.HS % 16 == 0,
+                   "test_flash_attention: --shape takes B,T,NH,HS (positive, HS a multiple of "
+                   "16), not '%s'.",
+                   argc > 2 ? argv[2] : "");
+    }
     // Every head size the dispatch covers, T = 1, odd T below, at and above tile multiples.
     const Shape small_shapes[] = {
         {1, 1, 1, 64},  {2, 17, 3, 16},  {1, 77, 2, 48}, {2, 129, 1, 80},
@@ -458,6 +468,10 @@ int main(int argc, char** argv) {
             ctx.props.major, ctx.props.minor);
     }
     uint64_t seed = 4242;
+    if (one.B > 0) {
+        test_shape(ctx, one, seed);
+        return test_summary("test_flash_attention");
+    }
     for (const Shape& s : small_shapes) test_shape(ctx, s, seed++);
     for (const Shape& s : sm90_small) test_shape(ctx, s, seed++);
     if (!small_only) {
