@@ -1,5 +1,6 @@
 // device_utils.cuh: small device helpers shared by the kernel files: 16-byte vector access,
-// warp reductions (xor butterfly, so every lane ends with the same, order-fixed result),
+// warp reductions (xor butterfly, so every lane ends with the same, order-fixed result), column
+// sums of partial rows in a fixed order,
 // exp2 and reciprocal on the special-function unit, alignment and rounding helpers, and the
 // write of a gradient element (added to, or overwriting, what the buffer holds).
 #pragma once
@@ -62,6 +63,30 @@ __device__ __forceinline__ float warp_max(float x) {
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
     }
     return x;
+}
+
+// One column's sum of `rows` rows of p (its leading dimension ld, in floats), by a block of
+// (kWarpSize, GROUPS) threads, a column per threadIdx.x: group y adds rows y, y + GROUPS, ... in
+// row order (unrolled, so that several loads are in flight), then the groups' sums are added in
+// group order. The order depends on rows and GROUPS only, never on the device. Every thread of
+// the block calls it (it holds a barrier); one with valid false reads nothing. Group 0's threads
+// get the total, the others their group's sum.
+template <int GROUPS>
+__device__ __forceinline__ float column_sum_by_groups(const float* p, int rows, size_t ld,
+                                                      bool valid) {
+    __shared__ float group_sums[GROUPS][kWarpSize];
+    float acc = 0.0f;
+    if (valid) {
+#pragma unroll 8
+        for (int r = threadIdx.y; r < rows; r += GROUPS) acc += p[(size_t)r * ld];
+    }
+    group_sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0) return acc;
+    float total = 0.0f;
+#pragma unroll
+    for (int g = 0; g < GROUPS; g++) total += group_sums[g][threadIdx.x];
+    return total;
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

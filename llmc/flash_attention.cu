@@ -530,23 +530,12 @@ constexpr int kBiasGroups = 32;
 __global__ void __launch_bounds__(32 * kBiasGroups)
     qkv_bias_reduce_kernel(bf16* __restrict__ dbias, const float* __restrict__ part_q, int rows_q,
                            const float* __restrict__ part_kv, int rows_kv, int C, bool accumulate) {
-    __shared__ float group_sums[kBiasGroups][32];
     const int col = blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (col < 3 * C) {
-        const bool q = col < C;
-        const float* p = q ? part_q + col : part_kv + (col - C);
-        const int rows = q ? rows_q : rows_kv;
-        const size_t ld = q ? (size_t)C : 2 * (size_t)C;
-#pragma unroll 4
-        for (int r = threadIdx.y; r < rows; r += kBiasGroups) acc += p[(size_t)r * ld];
-    }
-    group_sums[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
+    const bool q = col < C;
+    const float* p = q ? part_q + col : part_kv + (col - C);
+    const float total = column_sum_by_groups<kBiasGroups>(
+        p, q ? rows_q : rows_kv, q ? (size_t)C : 2 * (size_t)C, col < 3 * C);
     if (threadIdx.y != 0 || col >= 3 * C) return;
-    float total = 0.0f;
-#pragma unroll
-    for (int g = 0; g < kBiasGroups; g++) total += group_sums[g][threadIdx.x];
     write_grad(dbias + col, total, accumulate);
 }
 

@@ -894,26 +894,14 @@ __global__ void layernorm_param_grads_reduce_kernel(floatX* __restrict__ dweight
                                                     floatX* __restrict__ dres_bias,      // (C)
                                                     const float* __restrict__ partials,  // (G, 3C)
                                                     int G, int C, int sums, bool accumulate) {
-    __shared__ float group_sums[kReduceGroups][kReduceCols];
+    static_assert(kReduceCols == kWarpSize, "column_sum_by_groups takes a warp's columns");
     pdl_wait();
     pdl_launch_dependents();
     const int col = blockIdx.x * kReduceCols + threadIdx.x;
-    float acc = 0.0f;
-    if (col < sums * C) {
-        // Unrolled so that several loads are in flight; the additions stay in order.
-#pragma unroll 8
-        for (int g = threadIdx.y; g < G; g += kReduceGroups) {
-            acc += partials[(size_t)g * kSums * C + col];
-        }
-    }
-    group_sums[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
+    const float total =
+        column_sum_by_groups<kReduceGroups>(partials + col, G, (size_t)kSums * C, col < sums * C);
     if (threadIdx.y != 0 || col >= sums * C) {
         return;
-    }
-    float total = 0.0f;
-    for (int g = 0; g < kReduceGroups; g++) {
-        total += group_sums[g][threadIdx.x];
     }
     floatX* dst = col < C       ? dweight + col
                   : col < 2 * C ? dbias + (col - C)

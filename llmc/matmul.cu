@@ -524,18 +524,26 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
     }
 }
 
-// dbias (OC) += the sum of partial's `rows` rows, in row order (= without accumulate; also our
-// DGELU kernel's partial rows, matmul_sm90.cuh).
-__global__ void bias_backward_reduce_kernel(floatX* __restrict__ dbias,
-                                            const float* __restrict__ partial, int rows, int OC,
-                                            bool accumulate) {
+// dbias (OC) += the column sums of partial's `rows` rows (= without accumulate; also our DGELU
+// kernel's partial rows, matmul_sm90.cuh), in column_sum_by_groups's order: a block of 32
+// columns x kReduceGroups groups. One thread a column summing every row in turn was
+// latency-bound: ~100 us for the DGELU kernel's 512 rows at d12 B=64, on the backward's chain
+// (docs/perf-log.md, "Bias gradients").
+constexpr int kReduceGroups = 32;
+__global__ void __launch_bounds__(kWarpSize* kReduceGroups)
+    bias_backward_reduce_kernel(floatX* __restrict__ dbias, const float* __restrict__ partial,
+                                int rows, int OC, bool accumulate) {
     pdl_wait();
     pdl_launch_dependents();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= OC) return;
-    float total = 0.0f;
-    for (int r = 0; r < rows; r++) total += partial[(size_t)r * OC + c];
-    write_grad(dbias + c, total, accumulate);
+    const int c = blockIdx.x * kWarpSize + threadIdx.x;
+    const float total = column_sum_by_groups<kReduceGroups>(partial + c, rows, OC, c < OC);
+    if (threadIdx.y == 0 && c < OC) write_grad(dbias + c, total, accumulate);
+}
+
+void bias_backward_reduce(const Context& ctx, cudaStream_t stream, floatX* dbias,
+                          const float* partial, int rows, int OC, bool accumulate) {
+    launch_kernel(ctx, stream, bias_backward_reduce_kernel, (OC + kWarpSize - 1) / kWarpSize,
+                  dim3(kWarpSize, kReduceGroups), 0, dbias, partial, rows, OC, accumulate);
 }
 
 // The vector kernels need whole 16-byte rows; anything else goes through BGRADB.
@@ -548,8 +556,7 @@ void bias_backward(const Context& ctx, cudaStream_t stream, floatX* dbias, float
     const dim3 grid((OC + kBiasStrip - 1) / kBiasStrip, kBiasRowBlocks);
     launch_kernel(ctx, stream, bias_backward_partial_kernel, grid, kBiasWarps * kWarpSize, 0,
                   scratch, dout, N, OC);
-    launch_kernel(ctx, stream, bias_backward_reduce_kernel, (OC + 255) / 256, 256, 0, dbias,
-                  scratch, kBiasRowBlocks, OC, accumulate);
+    bias_backward_reduce(ctx, stream, dbias, scratch, kBiasRowBlocks, OC, accumulate);
 }
 
 }  // namespace
@@ -625,8 +632,8 @@ bool matmul_backward_input(const Context& ctx, floatX* dinp, const floatX* dout,
     if (pre_gelu != nullptr && gelu_dbias != nullptr &&
         gelu_gemm_applies(ctx, N, IC, OC, {dinp, dout, weight, pre_gelu, gelu_dbias_scratch})) {
         dgelu_gemm_backward(ctx, dinp, gelu_dbias_scratch, dout, weight, pre_gelu, N, IC, OC);
-        launch_kernel(ctx, ctx.stream, bias_backward_reduce_kernel, (IC + 255) / 256, 256, 0,
-                      gelu_dbias, gelu_dbias_scratch, dgelu_bias_partial_rows(N), IC, accumulate);
+        bias_backward_reduce(ctx, ctx.stream, gelu_dbias, gelu_dbias_scratch,
+                             dgelu_bias_partial_rows(N), IC, accumulate);
         return true;
     }
     // dinp^T (IC x N) = W^T (col-major view of W, IC x OC) * dout^T (OC x N)
