@@ -1282,14 +1282,24 @@ __global__ void __launch_bounds__(HS / 2 * 8)
     const int pair = threadIdx.x % kPairs, group = threadIdx.x / kPairs;
     const int n_qt = padded_t(T) / kInner;
     const long long C = (long long)NH * HS;
+    // All of a thread's loads first, then the rows in order (the same sums): with one 8-byte
+    // load in flight a thread, too few bytes were in flight an SM for the copy bandwidth.
+    constexpr int kPerThread = kRows / kGroups;
+    float2 v[kPerThread];
+#pragma unroll
+    for (int i = 0; i < kPerThread; i++) {
+        const int t = qb * kRows + group + i * kGroups;
+        v[i] = t < T ? *reinterpret_cast<const float2*>(
+                           dq_acc + ((long long)bh * n_qt + t / kInner) * kInner * HS +
+                           dq_tile_offset<HS>(t % kInner, 2 * pair))
+                     : make_float2(0.0f, 0.0f);
+    }
     float2 sum = make_float2(0.0f, 0.0f);
-    for (int r = group; r < kRows; r += kGroups) {
-        const int t = qb * kRows + r;
+#pragma unroll
+    for (int i = 0; i < kPerThread; i++) {
+        const int t = qb * kRows + group + i * kGroups;
         if (t >= T) break;
-        const float2 v = *reinterpret_cast<const float2*>(
-            dq_acc + ((long long)bh * n_qt + t / kInner) * kInner * HS +
-            dq_tile_offset<HS>(t % kInner, 2 * pair));
-        const float x = v.x * scale, y = v.y * scale;
+        const float x = v[i].x * scale, y = v[i].y * scale;
         *reinterpret_cast<uint32_t*>(dqkv + ((long long)b * T + t) * 3 * C + h * HS + 2 * pair) =
             pack_bf16(x, y);
         sum.x += x;
