@@ -221,6 +221,32 @@ layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,           //
     }
 }
 
+// A row's two means by one warp, lane l taking the packs of kVec columns from l * kVec, kWarpSize
+// * kVec apart, then the warp's butterfly: (mean of dn, mean of dn * xhat) with dn = dout * weight
+// and xhat = (inp - m) * s. The warp-per-row and the row-means kernels share it, so that their
+// sums are the same, bit for bit.
+template <int kVec>
+__device__ __forceinline__ float2 warp_row_means(const floatX* dout,
+                                                 const floatX* inp,
+                                                 const floatX* weight, size_t base,
+                                                 int C, float m, float s, int lane) {
+    float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
+        const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
+        const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
+        const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            const float dn = to_float(g.v[k]) * to_float(w.v[k]);
+            sum_dn += dn;
+            sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
+        }
+    }
+    const float mean_dn = warp_sum(sum_dn) / (float)C;  // before the other: the same code
+    const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+    return make_float2(mean_dn, mean_dn_xhat);
+}
+
 // One warp per row (rows strided over the grid). Writes dinp and this block's partial row
 // partials[blockIdx.x] = (sum of dout * xhat, sum of dout, sum of the new dinp) over the block's
 // rows (the last: the bias gradient of the projection whose output dinp is the gradient of).
@@ -252,20 +278,8 @@ __global__ void layernorm_backward_warp_per_row_kernel(floatX* __restrict__ dinp
         const size_t base = (size_t)row * C;
         const float m = mean[row];
         const float s = rstd[row];
-        float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
-        for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
-            const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
-            const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
-            const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
-#pragma unroll
-            for (int k = 0; k < kVec; k++) {
-                const float dn = to_float(g.v[k]) * to_float(w.v[k]);
-                sum_dn += dn;
-                sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
-            }
-        }
-        const float mean_dn = warp_sum(sum_dn) / (float)C;
-        const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
+        const float2 means = warp_row_means<kVec>(dout, inp, weight, base, C, m, s, lane);
+        const float mean_dn = means.x, mean_dn_xhat = means.y;
 
         for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
             const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
@@ -456,23 +470,9 @@ __global__ void __launch_bounds__(kBackwardMaxWarps* kWarpSize)
     const int lane = threadIdx.x % kWarpSize;
     if (row >= N) return;
     const size_t base = (size_t)row * C;
-    const float m = mean[row];
-    const float s = rstd[row];
-    float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
-    for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
-        const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
-        const Vec<floatX, kVec> x = load_vec<kVec>(inp + base + c);
-        const Vec<floatX, kVec> w = load_vec<kVec>(weight + c);
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            const float dn = to_float(g.v[k]) * to_float(w.v[k]);
-            sum_dn += dn;
-            sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
-        }
-    }
-    const float mean_dn = warp_sum(sum_dn) / (float)C;
-    const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
-    if (lane == 0) row_means[row] = make_float2(mean_dn, mean_dn_xhat);
+    const float2 means =
+        warp_row_means<kVec>(dout, inp, weight, base, C, mean[row], rstd[row], lane);
+    if (lane == 0) row_means[row] = means;
 }
 
 // Dynamic shared memory: (kSums, kSliceIters * 32 * kVec) floats.
