@@ -226,10 +226,9 @@ layernorm_forward_row_in_registers_kernel(floatX* __restrict__ out,           //
 // and xhat = (inp - m) * s. The warp-per-row and the row-means kernels share it, so that their
 // sums are the same, bit for bit.
 template <int kVec>
-__device__ __forceinline__ float2 warp_row_means(const floatX* dout,
-                                                 const floatX* inp,
-                                                 const floatX* weight, size_t base,
-                                                 int C, float m, float s, int lane) {
+__device__ __forceinline__ float2 warp_row_means(const floatX* dout, const floatX* inp,
+                                                 const floatX* weight, size_t base, int C, float m,
+                                                 float s, int lane) {
     float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
     for (int c = lane * kVec; c < C; c += kWarpSize * kVec) {
         const Vec<floatX, kVec> g = load_vec<kVec>(dout + base + c);
@@ -242,7 +241,7 @@ __device__ __forceinline__ float2 warp_row_means(const floatX* dout,
             sum_dn_xhat += dn * (to_float(x.v[k]) - m) * s;
         }
     }
-    const float mean_dn = warp_sum(sum_dn) / (float)C;  // before the other: the same code
+    const float mean_dn = warp_sum(sum_dn) / (float)C;
     const float mean_dn_xhat = warp_sum(sum_dn_xhat) / (float)C;
     return make_float2(mean_dn, mean_dn_xhat);
 }

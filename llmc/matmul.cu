@@ -527,8 +527,7 @@ __global__ void __launch_bounds__(kBiasWarps* kWarpSize)
 // dbias (OC) += the column sums of partial's `rows` rows (= without accumulate; also our DGELU
 // kernel's partial rows, matmul_sm90.cuh), in column_sum_by_groups's order: a block of 32
 // columns x kReduceGroups groups. One thread a column summing every row in turn was
-// latency-bound: ~100 us for the DGELU kernel's 512 rows at d12 B=64, on the backward's chain
-// (docs/perf-log.md, "Bias gradients").
+// latency-bound (the DGELU kernel's 512 rows at d12 B=64: docs/perf-log.md, "Bias gradients").
 constexpr int kReduceGroups = 32;
 __global__ void __launch_bounds__(kWarpSize* kReduceGroups)
     bias_backward_reduce_kernel(floatX* __restrict__ dbias, const float* __restrict__ partial,
