@@ -56,6 +56,8 @@ constexpr int kStatsPad = 64;  // lse2 and D rows padded to a multiple of this
 constexpr int kThreads = 384;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr size_t kScratchAlign = 256;
+// The fused kernel's modes (its run-time variants, flash_attention.cu's kSm90FusedVariants).
+constexpr int kFusedRegisterA = 0, kFusedPipelined = 1, kFusedOneGroup = 2;
 
 size_t aligned_bytes(size_t bytes) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
@@ -693,10 +695,11 @@ __device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS /
 // ---- The fused kernel's dk/dv steps
 // ---------------------------------------------------------------
 //
-// A warpgroup's P^T and dS^T (64 keys x 64 queries each) go to swizzled shared-memory tiles
-// instead of registers: K-major A operands of dv += P^T dO and dk += dS^T Q, and dS^T the
-// MN-major A operand of the dq partial over the warpgroup's keys, dq = dS K (M = queries,
-// N = HS, K = keys; B: its K rows, MN-major).
+// A warpgroup's dS^T (64 keys x 64 queries) goes to a swizzled shared-memory tile: the MN-major A
+// operand of the dq partial over the warpgroup's keys, dq = dS K (M = queries, N = HS,
+// K = keys; B: its K rows, MN-major). P^T and dS^T are the register A operands of
+// dv += P^T dO and dk += dS^T Q (fused_step_rs, the default), or, in the other modes, K-major
+// shared-memory tiles as well, which doubles those products' shared-memory reads.
 struct FusedTiles {
     uint32_t p0;      // this warpgroup's P^T tiles at p0 + i * kTileBytes, dS^T tiles after them
     uint32_t k_rows;  // K rows of this warpgroup's keys in the outer tile
@@ -704,6 +707,16 @@ struct FusedTiles {
     __device__ uint32_t p(int i) const { return p0 + i * kTileBytes; }
     __device__ uint32_t ds(int i) const { return p0 + (2 + i) * kTileBytes; }
 };
+
+// The tile's dq partial over this warpgroup's keys, dq = dS K (overwritten), dS^T in tiles i.
+template <int HS>
+__device__ __forceinline__ void issue_dq_partial(float (&dq)[HS / 2], const FusedTiles& t, int i) {
+#pragma unroll
+    for (int ks = 0; ks < 64 / 16; ks++) {
+        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds(i), 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
+                           ks > 0);
+    }
+}
 
 // dv += P^T dO and dk += dS^T Q of stage s (P^T and dS^T in tiles i), and the tile's dq partial
 // (overwritten).
@@ -722,11 +735,7 @@ __device__ __forceinline__ void fused_issue_gradients(float (&dk)[HS / 2], float
         wgmma_ss<HS, 0, 1>(dk, kmajor_desc(t.ds(i), 64, 0, ks),
                            mnmajor_desc(sm.inner(s, 0), kInner, ks), accumulate || ks > 0);
     }
-#pragma unroll
-    for (int ks = 0; ks < 64 / 16; ks++) {
-        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds(i), 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
-                           ks > 0);
-    }
+    issue_dq_partial<HS>(dq, t, i);
 }
 
 // v, which the compiler must treat as unknown: addresses derived from it are recomputed where
@@ -757,18 +766,21 @@ __device__ __forceinline__ FragAddress dq_frag(uint32_t tile) {
     return FragAddress{tile + opaque(r0 * 256 + 8 * (wt % 4)), opaque(32 * (r0 % 8))};
 }
 
-// A 64 x 64 fp32 accumulator rounded to bf16 (in the pairs accumulator_to_a makes) into a
+// A 64 x 64 tile's bf16 pairs (as accumulator_to_a makes them from an fp32 accumulator) into a
 // swizzled tile, fenced for the async proxy (the warpgroup barrier that completes it is the
-// caller's).
-__device__ __forceinline__ void store_tile(const float (&x)[32], uint32_t tile) {
+// caller's); the float overload rounds the accumulator first.
+__device__ __forceinline__ void store_tile(const uint32_t (&x)[16], uint32_t tile) {
     const FragAddress a = swizzled_frag(tile);
 #pragma unroll
     for (int r = 0; r < 16; r++) {
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a.at(r, 1024, 16)),
-                     "r"(pack_bf16(x[2 * r], x[2 * r + 1]))
-                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(a.at(r, 1024, 16)), "r"(x[r]) : "memory");
     }
     fence_proxy_async_shared();
+}
+__device__ __forceinline__ void store_tile(const float (&x)[32], uint32_t tile) {
+    uint32_t packed[16];
+    accumulator_to_a(packed, x);
+    store_tile(packed, tile);
 }
 
 // One query tile of a fused warpgroup, one GEMM group at a time: S^T and dP^T of stage s, P^T
@@ -789,6 +801,44 @@ __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS /
     fence_operands(dq);
     wgmma_fence();
     fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, 0, sm, s, accumulate);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(dq);
+    release(sm.empty(s), lane);
+    publish();
+}
+
+// One query tile of a fused warpgroup with P^T and dS^T as register A operands: S^T and dP^T
+// of stage s, P^T and dS^T rounded in registers, dv += P^T dO and dk += dS^T Q issued from them
+// (half the shared-memory reads of fused_step's, and no P^T tile written), dS^T also stored into
+// the warpgroup's tile 0 for the tile's dq partial, issued once every thread's part is in. The
+// same products on the same bf16 values as fused_step: the same bits.
+template <int HS, int STAGES, typename Publish>
+__device__ __forceinline__ void fused_step_rs(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                              float (&dq)[HS / 2], float (&st)[32],
+                                              float (&dpt)[32], const FusedTiles& t,
+                                              const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
+                                              int key0, float scale_log2, bool accumulate, int lane,
+                                              const Publish& publish) {
+    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
+    uint32_t pa[16], dsa[16];
+    accumulator_to_a(pa, st);
+    accumulator_to_a(dsa, dpt);
+    store_tile(dsa, t.ds(0));
+    fence_operands(dk);
+    fence_operands(dv);
+    fence_operands(pa);
+    fence_operands(dsa);
+    wgmma_fence();
+    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(s, 1), kInner, accumulate);
+    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(s, 0), kInner, accumulate);
+    wgmma_commit();
+    named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the dS^T tile written by every thread
+    fence_operands(dq);
+    wgmma_fence();
+    issue_dq_partial<HS>(dq, t, 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(dk);
@@ -1062,12 +1112,14 @@ __device__ void fused_dq_writer(const FusedSmem<HS, STAGES>& sm, float* dq_acc, 
 
 // The dk/dv consumer with the dq partials, each query tile's handed to the writer as it
 // completes (a zero one where this warpgroup skips the tile, in the same order as the other
-// warpgroup's). PIPELINED: a tile's gradient GEMMs run beside the next tile's softmax
-// (fused_step_overlapped), else one GEMM group at a time (fused_step).
-template <int HS, int STAGES, bool PIPELINED>
+// warpgroup's). MODE kFusedPipelined: a tile's gradient GEMMs run beside the next tile's softmax
+// (fused_step_overlapped); kFusedOneGroup: one GEMM group at a time (fused_step);
+// kFusedRegisterA: as kFusedOneGroup with P^T and dS^T as register operands (fused_step_rs).
+template <int HS, int STAGES, int MODE>
 __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
                                                bf16* __restrict__ dqkv, float* bias_part, int T,
                                                int NH, int n_kb, float scale, float scale_log2) {
+    constexpr bool PIPELINED = MODE == kFusedPipelined;
     const int cw = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
     const int n_qt = padded_t(T) / kInner;
     float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {}, dq[HS / 2] = {};
@@ -1099,7 +1151,13 @@ __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
                 }
                 continue;
             }
-            if constexpr (!PIPELINED) {
+            if constexpr (MODE == kFusedRegisterA) {
+                fused_step_rs<HS, STAGES>(
+                    dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0, scale_log2, !first,
+                    lane, [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
+                first = false;
+                continue;
+            } else if constexpr (!PIPELINED) {
                 fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
                                        scale_log2, !first, lane,
                                        [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
@@ -1205,7 +1263,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 // Grid: up to one CTA per SM, each taking tiles (B*NH heads x ceil(T / 128) key tiles) by
 // ticket; 384 threads: the producer's thread, the dq writer's (warp 1), two consumer warpgroups.
 // flags and the ticket counter are zero at launch.
-template <int HS, int STAGES, bool PIPELINED>
+template <int HS, int STAGES, int MODE>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_fused_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                       const __grid_constant__ CUtensorMap qkv_inner,
@@ -1240,7 +1298,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
         }
     } else {
         setmaxnreg_inc<232>();
-        fused_consumer<HS, STAGES, PIPELINED>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
+        fused_consumer<HS, STAGES, MODE>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
     }
 #endif
 }
@@ -1418,11 +1476,11 @@ void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int var
 
 // The fused backward: zeroed flags and ticket, the row statistics, the fused kernel (dk, dv and
 // the dq accumulator), the dq conversion.
-template <int HS, bool PIPELINED>
+template <int HS, int MODE>
 void fused_launch(const Context& ctx, const BackwardArgs& a) {
     constexpr int kStages = 4;
     constexpr size_t smem = FusedSmem<HS, kStages>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages, PIPELINED>;
+    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages, MODE>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const int T_pad = padded_t(a.T), n_kb = (a.T + kRows - 1) / kRows;
@@ -1468,11 +1526,13 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
-    if (kernels & kBackwardFused) {  // variant 0: one GEMM group at a time, 1: pipelined
-        if (dkdv_variant == 0) {
-            fused_launch<HS, false>(ctx, a);
+    if (kernels & kBackwardFused) {  // the variant is the fused kernel's mode
+        if (dkdv_variant == kFusedRegisterA) {
+            fused_launch<HS, kFusedRegisterA>(ctx, a);
+        } else if (dkdv_variant == kFusedPipelined) {
+            fused_launch<HS, kFusedPipelined>(ctx, a);
         } else {
-            fused_launch<HS, true>(ctx, a);
+            fused_launch<HS, kFusedOneGroup>(ctx, a);
         }
         return a.parts;
     }
