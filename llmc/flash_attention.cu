@@ -879,10 +879,8 @@ struct Tiles {
 constexpr int kForwardVariants = 3;
 constexpr int kDqVariants = 3;
 constexpr int kDkdvVariants = 3;
-// The fused Hopper backward (kSm90Fused): one GEMM group at a time with P^T and dS^T as register
-// operands of the dv and dk products (0, the default), pipelined (1), or as 0 with P^T and dS^T
-// read from shared memory by those products (2; the performance log: 8% slower than 0).
-constexpr int kSm90FusedVariants = 3;
+// The fused Hopper backward (kSm90Fused): one variant (the performance log has the dropped ones).
+constexpr int kSm90FusedVariants = 1;
 // kAuto takes the fused backward from this many 128-key tiles per SM (performance log: it lost
 // to the two kernels at d12 B=4, 2.9 tiles per SM, and won at B=64, 46.5).
 constexpr int kFusedMinTilesPerSm = 16;
@@ -1180,16 +1178,9 @@ const char* flash_attention_variant_name(FlashPass pass, int variant, FlashPath 
     if (path == FlashPath::kSm90 || path == FlashPath::kSm90Fused) {
         if (pass == FlashPass::kForward) return flash_attention_sm90_forward_variant_name(variant);
         if (path == FlashPath::kSm90Fused) {
-            switch (variant) {
-                case 0:
-                    return "fused: dq, dk and dv in one kernel, dq added into a float accumulator "
-                           "in a fixed order; one GEMM group at a time, P^T and dS^T as register "
-                           "operands of dv and dk";
-                case 1:
-                    return "as 2, a tile's gradient GEMMs beside the next tile's softmax";
-                default:
-                    return "as 0, P^T and dS^T read from shared memory by dv and dk";
-            }
+            return "fused: dq, dk and dv in one kernel, dq added into a float accumulator in a "
+                   "fixed order; P^T and dS^T as register operands of dv and dk, two K and V "
+                   "buffers";
         }
         return flash_attention_sm90_backward_variant_name(variant);
     }

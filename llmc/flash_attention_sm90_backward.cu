@@ -56,8 +56,6 @@ constexpr int kStatsPad = 64;  // lse2 and D rows padded to a multiple of this
 constexpr int kThreads = 384;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr size_t kScratchAlign = 256;
-// The fused kernel's modes (its run-time variants, flash_attention.cu's kSm90FusedVariants).
-constexpr int kFusedRegisterA = 0, kFusedPipelined = 1, kFusedOneGroup = 2;
 
 size_t aligned_bytes(size_t bytes) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
@@ -139,10 +137,12 @@ struct BwdSmem {
     __device__ uint32_t empty(int s) const { return bar(2 + STAGES + s); }
 };
 
-// The fused kernel's shared memory: BwdSmem's, then (1024-aligned) each consumer warpgroup's
-// two P^T and two dS^T tiles (FusedTiles: 64 keys x 64 queries bf16 each, 128-byte swizzled), two
-// dq tile buffers (kInner x HS floats, dq_tile_offset layout) with the metadata of the tile each
-// holds, the two tile slots the producer hands the consumers, and the dq buffers' barriers.
+// The fused kernel's shared memory: BwdSmem's (its outer tiles are K and V buffer 0), then
+// (1024-aligned) K and V buffer 1, so that the producer loads the next tile's while the consumers
+// finish this one; each consumer warpgroup's dS^T tile (FusedTiles); two dq tile buffers (kInner x
+// HS floats, dq_tile_offset layout) with the metadata of the tile each holds; the two tile slots
+// the producer hands the consumers (one per K and V buffer); the dq buffers' barriers and K and V
+// buffer 1's.
 struct DqMeta {
     long long offset;  // of the tile in the dq accumulator, in floats
     int flag;          // index of the tile's flag
@@ -151,17 +151,27 @@ struct DqMeta {
 template <int HS, int STAGES>
 struct FusedSmem : BwdSmem<HS, STAGES> {
     using Base = BwdSmem<HS, STAGES>;
-    static constexpr uint32_t kTilesBytes = 4 * 64 * kInner * 2;  // one warpgroup's
+    static constexpr uint32_t kTileBytes = 64 * kInner * 2;  // one warpgroup's dS^T
     static constexpr uint32_t kDqBytes = kInner * HS * 4;
-    static constexpr uint32_t kTiles = (Base::kBars + Base::kNumBars * 8 + 1023) / 1024 * 1024;
-    static constexpr uint32_t kDq = kTiles + 2 * kTilesBytes;
+    static constexpr uint32_t kKv1 = (Base::kBars + Base::kNumBars * 8 + 1023) / 1024 * 1024;
+    static constexpr uint32_t kTiles = kKv1 + 2 * Base::kOuterBytes;
+    static constexpr uint32_t kDq = kTiles + 2 * kTileBytes;
     static constexpr uint32_t kMeta = kDq + 2 * kDqBytes;
     static constexpr uint32_t kSlots = kMeta + 2 * sizeof(DqMeta);
-    static constexpr uint32_t kDqBars = kSlots + 16;
-    static constexpr size_t kDynamicBytes = kDqBars + 4 * 8 + 1024;
+    static constexpr uint32_t kFusedBars = kSlots + 16;
+    static constexpr size_t kDynamicBytes = kFusedBars + 6 * 8 + 1024;
     static_assert(sizeof(DqMeta) == 16, "DqMeta packs into 16 bytes");
+    static_assert(kDynamicBytes <= 227 * 1024, "the fused kernel's shared memory fits an SM");
 
-    __device__ uint32_t tiles(int cw) const { return this->base + kTiles + cw * kTilesBytes; }
+    // K and V buffer i (K, then V), and its barriers (buffer 0's are BwdSmem's outer ones).
+    __device__ uint32_t kv(int i) const { return i == 0 ? this->outer(0) : this->base + kKv1; }
+    __device__ uint32_t kv_full(int i) const {
+        return i == 0 ? this->outer_full() : this->base + kFusedBars + 32;
+    }
+    __device__ uint32_t kv_empty(int i) const {
+        return i == 0 ? this->outer_empty() : this->base + kFusedBars + 40;
+    }
+    __device__ uint32_t ds_tile(int cw) const { return this->base + kTiles + cw * kTileBytes; }
     __device__ uint32_t dq(int buffer) const { return this->base + kDq + buffer * kDqBytes; }
     __device__ DqMeta* meta(int buffer) const {
         return reinterpret_cast<DqMeta*>(this->generic + kMeta) + buffer;
@@ -169,9 +179,9 @@ struct FusedSmem : BwdSmem<HS, STAGES> {
     __device__ volatile int* slot(int i) const {
         return reinterpret_cast<volatile int*>(this->generic + kSlots) + i;
     }
-    __device__ uint32_t dq_full(int buffer) const { return this->base + kDqBars + 8 * buffer; }
+    __device__ uint32_t dq_full(int buffer) const { return this->base + kFusedBars + 8 * buffer; }
     __device__ uint32_t dq_empty(int buffer) const {
-        return this->base + kDqBars + 16 + 8 * buffer;
+        return this->base + kFusedBars + 16 + 8 * buffer;
     }
 };
 
@@ -515,19 +525,21 @@ __device__ void dq_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ dq
 
 // ---- dk / dv ------------------------------------------------------------------------------------
 
-// The loads of one dk/dv tile (head bh, keys from k0): K and V (kRows keys) once outer_empty
-// allows, then Q, dO, lse2 and D of the query tiles from the diagonal to T through the ring (qs:
-// the ring position, advanced).
+// The loads of one dk/dv tile (head bh, keys from k0): K and V (kRows keys) into the outer tiles
+// from kv, completing on kv_full (which the caller has waited to be free), then Q, dO, lse2 and
+// D of the query tiles from the diagonal to T through the ring (qs: the ring position, advanced).
 template <int HS, int STAGES>
 __device__ __forceinline__ void dkdv_load_tile(const CUtensorMap* qkv_rows,
                                                const CUtensorMap* qkv_inner,
                                                const CUtensorMap* dout_inner, const float* lse2,
-                                               const float* D, const BwdSmem<HS, STAGES>& sm, int T,
-                                               int NH, int bh, int k0, int& qs) {
+                                               const float* D, const BwdSmem<HS, STAGES>& sm,
+                                               uint32_t kv, uint32_t kv_full, int T, int NH, int bh,
+                                               int k0, int& qs) {
+    constexpr uint32_t kV = BwdSmem<HS, STAGES>::kOuterBytes;
     const int n_qt = padded_t(T) / kInner, T_pad = padded_t(T), b = bh / NH, h = bh % NH;
-    mbar_arrive_expect_tx(sm.outer_full(), 2 * BwdSmem<HS, STAGES>::kOuterBytes);
-    tma_load_tile<HS, kRows>(sm.outer(0), qkv_rows, sm.outer_full(), NH + h, k0, b);
-    tma_load_tile<HS, kRows>(sm.outer(1), qkv_rows, sm.outer_full(), 2 * NH + h, k0, b);
+    mbar_arrive_expect_tx(kv_full, 2 * kV);
+    tma_load_tile<HS, kRows>(kv, qkv_rows, kv_full, NH + h, k0, b);
+    tma_load_tile<HS, kRows>(kv + kV, qkv_rows, kv_full, 2 * NH + h, k0, b);
     for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
         const int s = qs % STAGES;
         mbar_wait(sm.empty(s), ((qs / STAGES) & 1) ^ 1);
@@ -553,8 +565,8 @@ __device__ void dkdv_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qk
         if (t.done) break;
         if (!t.valid) continue;
         mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
-        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, T, NH, t.bh,
-                                   t.rank * kRows, qs);
+        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, sm.outer(0),
+                                   sm.outer_full(), T, NH, t.bh, t.rank * kRows, qs);
         tiles++;
     }
 }
@@ -580,25 +592,25 @@ __device__ __forceinline__ void dkdv_softmax_grad(float (&st)[32], float (&dpt)[
     }
 }
 
-// S^T = K Q^T and dP^T = V dO^T of stage s for this warpgroup's 64 keys (the caller fences and
-// commits).
+// S^T = K Q^T and dP^T = V dO^T of stage s for this warpgroup's 64 keys, K and V the outer tiles
+// from kv (the caller fences and commits).
 template <int HS, int STAGES>
-__device__ __forceinline__ void issue_scores(float (&st)[32], float (&dpt)[32],
+__device__ __forceinline__ void issue_scores(float (&st)[32], float (&dpt)[32], uint32_t kv,
                                              const BwdSmem<HS, STAGES>& sm, int s, int cw) {
-    gemm_ss_kmajor<kInner, HS / 16>(st, sm.outer(0), kRows, 64 * cw, sm.inner(s, 0), kInner, false);
-    gemm_ss_kmajor<kInner, HS / 16>(dpt, sm.outer(1), kRows, 64 * cw, sm.inner(s, 1), kInner,
-                                    false);
+    constexpr uint32_t kV = BwdSmem<HS, STAGES>::kOuterBytes;
+    gemm_ss_kmajor<kInner, HS / 16>(st, kv, kRows, 64 * cw, sm.inner(s, 0), kInner, false);
+    gemm_ss_kmajor<kInner, HS / 16>(dpt, kv + kV, kRows, 64 * cw, sm.inner(s, 1), kInner, false);
 }
 
 // S^T and dP^T of stage s, waited for, then P^T and dS^T in their place (dkdv_softmax_grad).
 template <int HS, int STAGES>
-__device__ __forceinline__ void dkdv_scores(float (&st)[32], float (&dpt)[32],
+__device__ __forceinline__ void dkdv_scores(float (&st)[32], float (&dpt)[32], uint32_t kv,
                                             const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
                                             int key0, float scale_log2) {
     fence_operands(st);
     fence_operands(dpt);
     wgmma_fence();
-    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
+    issue_scores<HS, STAGES>(st, dpt, kv, sm, s, cw);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(st);
@@ -613,7 +625,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 
                                           float (&dpt)[32], uint32_t (&pa)[16], uint32_t (&dsa)[16],
                                           const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
                                           int key0, float scale_log2, bool accumulate) {
-    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
+    dkdv_scores<HS, STAGES>(st, dpt, sm.outer(0), sm, s, cw, q0, key0, scale_log2);
     accumulator_to_a(pa, st);
     accumulator_to_a(dsa, dpt);
     fence_operands(dk);
@@ -647,7 +659,7 @@ __device__ __forceinline__ void dkdv_step_overlapped(float (&dk)[HS / 2], float 
     fence_operands(pa);
     fence_operands(dsa);
     wgmma_fence();
-    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
+    issue_scores<HS, STAGES>(st, dpt, sm.outer(0), sm, s, cw);
     wgmma_commit();
     if constexpr (PENDING) {
         gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
@@ -695,47 +707,24 @@ __device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS /
 // ---- The fused kernel's dk/dv steps
 // ---------------------------------------------------------------
 //
-// A warpgroup's dS^T (64 keys x 64 queries) goes to a swizzled shared-memory tile: the MN-major A
-// operand of the dq partial over the warpgroup's keys, dq = dS K (M = queries, N = HS,
-// K = keys; B: its K rows, MN-major). P^T and dS^T are the register A operands of
-// dv += P^T dO and dk += dS^T Q (fused_step_rs, the default), or, in the other modes, K-major
-// shared-memory tiles as well, which doubles those products' shared-memory reads.
+// P^T and dS^T are the register A operands of dv += P^T dO and dk += dS^T Q, as in the dk/dv
+// kernel; dS^T also goes to a swizzled shared-memory tile, the MN-major A operand of the dq
+// partial over the warpgroup's keys, dq = dS K (M = queries, N = HS, K = keys; B: its K rows,
+// MN-major).
 struct FusedTiles {
-    uint32_t p0;      // this warpgroup's P^T tiles at p0 + i * kTileBytes, dS^T tiles after them
-    uint32_t k_rows;  // K rows of this warpgroup's keys in the outer tile
-    static constexpr uint32_t kTileBytes = 64 * kInner * 2;
-    __device__ uint32_t p(int i) const { return p0 + i * kTileBytes; }
-    __device__ uint32_t ds(int i) const { return p0 + (2 + i) * kTileBytes; }
+    uint32_t ds;      // this warpgroup's dS^T tile (64 keys x 64 queries bf16, 128-byte swizzled)
+    uint32_t kv;      // the tile's K and V (outer tiles, kRows keys each)
+    uint32_t k_rows;  // K rows of this warpgroup's keys
 };
 
-// The tile's dq partial over this warpgroup's keys, dq = dS K (overwritten), dS^T in tiles i.
+// The tile's dq partial over this warpgroup's keys, dq = dS K (overwritten).
 template <int HS>
-__device__ __forceinline__ void issue_dq_partial(float (&dq)[HS / 2], const FusedTiles& t, int i) {
+__device__ __forceinline__ void issue_dq_partial(float (&dq)[HS / 2], const FusedTiles& t) {
 #pragma unroll
     for (int ks = 0; ks < 64 / 16; ks++) {
-        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds(i), 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
+        wgmma_ss<HS, 1, 1>(dq, mnmajor_desc(t.ds, 64, ks), mnmajor_desc(t.k_rows, kRows, ks),
                            ks > 0);
     }
-}
-
-// dv += P^T dO and dk += dS^T Q of stage s (P^T and dS^T in tiles i), and the tile's dq partial
-// (overwritten).
-template <int HS, int STAGES>
-__device__ __forceinline__ void fused_issue_gradients(float (&dk)[HS / 2], float (&dv)[HS / 2],
-                                                      float (&dq)[HS / 2], const FusedTiles& t,
-                                                      int i, const BwdSmem<HS, STAGES>& sm, int s,
-                                                      bool accumulate) {
-#pragma unroll
-    for (int ks = 0; ks < kInner / 16; ks++) {
-        wgmma_ss<HS, 0, 1>(dv, kmajor_desc(t.p(i), 64, 0, ks),
-                           mnmajor_desc(sm.inner(s, 1), kInner, ks), accumulate || ks > 0);
-    }
-#pragma unroll
-    for (int ks = 0; ks < kInner / 16; ks++) {
-        wgmma_ss<HS, 0, 1>(dk, kmajor_desc(t.ds(i), 64, 0, ks),
-                           mnmajor_desc(sm.inner(s, 0), kInner, ks), accumulate || ks > 0);
-    }
-    issue_dq_partial<HS>(dq, t, i);
 }
 
 // v, which the compiler must treat as unknown: addresses derived from it are recomputed where
@@ -768,7 +757,7 @@ __device__ __forceinline__ FragAddress dq_frag(uint32_t tile) {
 
 // A 64 x 64 tile's bf16 pairs (as accumulator_to_a makes them from an fp32 accumulator) into a
 // swizzled tile, fenced for the async proxy (the warpgroup barrier that completes it is the
-// caller's); the float overload rounds the accumulator first.
+// caller's).
 __device__ __forceinline__ void store_tile(const uint32_t (&x)[16], uint32_t tile) {
     const FragAddress a = swizzled_frag(tile);
 #pragma unroll
@@ -777,56 +766,23 @@ __device__ __forceinline__ void store_tile(const uint32_t (&x)[16], uint32_t til
     }
     fence_proxy_async_shared();
 }
-__device__ __forceinline__ void store_tile(const float (&x)[32], uint32_t tile) {
-    uint32_t packed[16];
-    accumulator_to_a(packed, x);
-    store_tile(packed, tile);
-}
 
-// One query tile of a fused warpgroup, one GEMM group at a time: S^T and dP^T of stage s, P^T
-// and dS^T into the warpgroup's tiles 0, then dv, dk and the tile's dq partial, handed over by
-// publish() once complete; stage s released.
+// One query tile of a fused warpgroup: S^T and dP^T of stage s, P^T and dS^T rounded in registers,
+// dv += P^T dO and dk += dS^T Q issued from them, dS^T also stored into the warpgroup's tile for
+// the tile's dq partial, issued once every thread's part is in; that partial handed over by
+// publish() once complete; stage s released. (With P^T and dS^T read from shared-memory tiles by
+// dv and dk, twice those products' shared-memory reads, the kernel was 8% slower.)
 template <int HS, int STAGES, typename Publish>
 __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS / 2],
                                            float (&dq)[HS / 2], float (&st)[32], float (&dpt)[32],
                                            const FusedTiles& t, const BwdSmem<HS, STAGES>& sm,
                                            int s, int cw, int q0, int key0, float scale_log2,
                                            bool accumulate, int lane, const Publish& publish) {
-    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
-    store_tile(st, t.p(0));
-    store_tile(dpt, t.ds(0));
-    named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the tiles written by every thread
-    fence_operands(dk);
-    fence_operands(dv);
-    fence_operands(dq);
-    wgmma_fence();
-    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, 0, sm, s, accumulate);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(dk);
-    fence_operands(dv);
-    fence_operands(dq);
-    release(sm.empty(s), lane);
-    publish();
-}
-
-// One query tile of a fused warpgroup with P^T and dS^T as register A operands: S^T and dP^T
-// of stage s, P^T and dS^T rounded in registers, dv += P^T dO and dk += dS^T Q issued from them
-// (half the shared-memory reads of fused_step's, and no P^T tile written), dS^T also stored into
-// the warpgroup's tile 0 for the tile's dq partial, issued once every thread's part is in. The
-// same products on the same bf16 values as fused_step: the same bits.
-template <int HS, int STAGES, typename Publish>
-__device__ __forceinline__ void fused_step_rs(float (&dk)[HS / 2], float (&dv)[HS / 2],
-                                              float (&dq)[HS / 2], float (&st)[32],
-                                              float (&dpt)[32], const FusedTiles& t,
-                                              const BwdSmem<HS, STAGES>& sm, int s, int cw, int q0,
-                                              int key0, float scale_log2, bool accumulate, int lane,
-                                              const Publish& publish) {
-    dkdv_scores<HS, STAGES>(st, dpt, sm, s, cw, q0, key0, scale_log2);
+    dkdv_scores<HS, STAGES>(st, dpt, t.kv, sm, s, cw, q0, key0, scale_log2);
     uint32_t pa[16], dsa[16];
     accumulator_to_a(pa, st);
     accumulator_to_a(dsa, dpt);
-    store_tile(dsa, t.ds(0));
+    store_tile(dsa, t.ds);
     fence_operands(dk);
     fence_operands(dv);
     fence_operands(pa);
@@ -838,7 +794,7 @@ __device__ __forceinline__ void fused_step_rs(float (&dk)[HS / 2], float (&dv)[H
     named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the dS^T tile written by every thread
     fence_operands(dq);
     wgmma_fence();
-    issue_dq_partial<HS>(dq, t, 0);
+    issue_dq_partial<HS>(dq, t);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(dk);
@@ -846,66 +802,6 @@ __device__ __forceinline__ void fused_step_rs(float (&dk)[HS / 2], float (&dv)[H
     fence_operands(dq);
     release(sm.empty(s), lane);
     publish();
-}
-
-// One query tile of a pipelined fused warpgroup: S^T and dP^T of stage s issued with (PENDING)
-// the previous tile's dv, dk and dq partial (tiles cur ^ 1, stage ps); this tile's P^T and dS^T
-// into tiles `cur` while those run; then (PENDING) ps released and the previous tile's dq
-// partial handed over by publish().
-template <int HS, int STAGES, bool PENDING, typename Publish>
-__device__ __forceinline__ void fused_step_overlapped(
-    float (&dk)[HS / 2], float (&dv)[HS / 2], float (&dq)[HS / 2], float (&st)[32],
-    float (&dpt)[32], const FusedTiles& t, int cur, const BwdSmem<HS, STAGES>& sm, int s, int ps,
-    int cw, int q0, int key0, float scale_log2, bool accumulate, int lane, const Publish& publish) {
-    fence_operands(st);
-    fence_operands(dpt);
-    fence_operands(dk);
-    fence_operands(dv);
-    fence_operands(dq);
-    wgmma_fence();
-    issue_scores<HS, STAGES>(st, dpt, sm, s, cw);
-    wgmma_commit();
-    if constexpr (PENDING) {
-        fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, cur ^ 1, sm, ps, accumulate);
-        wgmma_commit();
-        wgmma_wait<1>();  // S^T and dP^T done, the gradients may still run
-    } else {
-        wgmma_wait<0>();
-    }
-    fence_operands(st);
-    fence_operands(dpt);
-    dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
-    store_tile(st, t.p(cur));
-    store_tile(dpt, t.ds(cur));
-    if constexpr (PENDING) {
-        wgmma_wait<0>();
-        fence_operands(dk);
-        fence_operands(dv);
-        fence_operands(dq);
-        release(sm.empty(ps), lane);
-        publish();
-    }
-    named_barrier_sync(kWarpgroupBarrier + cw, 128);  // tiles `cur` written by every thread
-}
-
-// The last dv, dk and dq partial of a pipelined fused warpgroup (tiles `prev`; stage ps
-// released).
-template <int HS, int STAGES>
-__device__ __forceinline__ void fused_drain(float (&dk)[HS / 2], float (&dv)[HS / 2],
-                                            float (&dq)[HS / 2], const FusedTiles& t, int prev,
-                                            const BwdSmem<HS, STAGES>& sm, int ps, bool accumulate,
-                                            int lane) {
-    fence_operands(dk);
-    fence_operands(dv);
-    fence_operands(dq);
-    wgmma_fence();
-    fused_issue_gradients<HS, STAGES>(dk, dv, dq, t, prev, sm, ps, accumulate);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(dk);
-    fence_operands(dv);
-    fence_operands(dq);
-    release(sm.empty(ps), lane);
 }
 
 // The end of a dk/dv tile (keys from key0 of head h of batch b, key tile kb of n): dk (scaled)
@@ -1001,7 +897,9 @@ __device__ void dkdv_consumer(const BwdSmem<HS, STAGES>& sm, bf16* __restrict__ 
 // the accumulator into dqkv.
 
 // The producer's thread: takes tickets until they run out, hands each tile to the consumers in
-// a slot (read after outer_full), and loads it; -1 in the slot ends the consumers' loop.
+// the slot of its K and V buffer (read after kv_full), and loads it; -1 in the slot ends the
+// consumers' loop. Tile i goes to K and V buffer i % 2: the next tile's ticket is taken, and its
+// K and V loaded, as soon as this tile's last query tile is in the ring.
 template <int HS, int STAGES>
 __device__ void fused_producer(const CUtensorMap* qkv_rows, const CUtensorMap* qkv_inner,
                                const CUtensorMap* dout_inner, const float* lse2, const float* D,
@@ -1009,17 +907,17 @@ __device__ void fused_producer(const CUtensorMap* qkv_rows, const CUtensorMap* q
                                int* ticket_counter) {
     int qs = 0;
     for (int tiles = 0;; tiles++) {
-        const int ticket = atomicAdd(ticket_counter, 1);
-        mbar_wait(sm.outer_empty(), (tiles & 1) ^ 1);
+        const int ticket = atomicAdd(ticket_counter, 1), i = tiles & 1;
+        mbar_wait(sm.kv_empty(i), ((tiles >> 1) & 1) ^ 1);
         if (ticket >= total) {
-            *sm.slot(tiles & 1) = -1;
-            mbar_arrive(sm.outer_full());
+            *sm.slot(i) = -1;
+            mbar_arrive(sm.kv_full(i));
             return;
         }
-        *sm.slot(tiles & 1) = ticket;
+        *sm.slot(i) = ticket;
         const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb;
-        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, T, NH, bh,
-                                   kb * kRows, qs);
+        dkdv_load_tile<HS, STAGES>(qkv_rows, qkv_inner, dout_inner, lse2, D, sm, sm.kv(i),
+                                   sm.kv_full(i), T, NH, bh, kb * kRows, qs);
     }
 }
 
@@ -1112,84 +1010,44 @@ __device__ void fused_dq_writer(const FusedSmem<HS, STAGES>& sm, float* dq_acc, 
 
 // The dk/dv consumer with the dq partials, each query tile's handed to the writer as it
 // completes (a zero one where this warpgroup skips the tile, in the same order as the other
-// warpgroup's). MODE kFusedPipelined: a tile's gradient GEMMs run beside the next tile's softmax
-// (fused_step_overlapped); kFusedOneGroup: one GEMM group at a time (fused_step);
-// kFusedRegisterA: as kFusedOneGroup with P^T and dS^T as register operands (fused_step_rs).
-template <int HS, int STAGES, int MODE>
+// warpgroup's).
+template <int HS, int STAGES>
 __device__ __forceinline__ void fused_consumer(const FusedSmem<HS, STAGES>& sm,
                                                bf16* __restrict__ dqkv, float* bias_part, int T,
                                                int NH, int n_kb, float scale, float scale_log2) {
-    constexpr bool PIPELINED = MODE == kFusedPipelined;
     const int cw = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
     const int n_qt = padded_t(T) / kInner;
     float st[32] = {}, dpt[32] = {}, dk[HS / 2] = {}, dv[HS / 2] = {}, dq[HS / 2] = {};
-    const FusedTiles tiles{sm.tiles(cw), sm.outer(0) + 64 * cw * kRowBytes};
-    int qs = 0, m = 0, cur = 0;
+    int qs = 0, m = 0;
     for (int tile = 0;; tile++) {
-        mbar_wait_warp(sm.outer_full(), tile & 1);
-        const int ticket = *sm.slot(tile & 1);
+        const int i = tile & 1;  // K and V buffer
+        mbar_wait_warp(sm.kv_full(i), (tile >> 1) & 1);
+        const int ticket = *sm.slot(i);
         if (ticket < 0) break;
         const int bh = ticket / n_kb, kb = n_kb - 1 - ticket % n_kb;
         const int b = bh / NH, h = bh % NH, k0 = kb * kRows, key0 = k0 + 64 * cw;
+        const FusedTiles tiles{sm.ds_tile(cw), sm.kv(i), sm.kv(i) + 64 * cw * kRowBytes};
         // Query tile qt of this head: where its dq lies, its flag, this CTA's place in its order.
         auto meta = [&](int qt) {
             return DqMeta{((long long)bh * n_qt + qt) * kInner * HS, bh * n_qt + qt,
                           qt * kInner / kRows - kb};
         };
-        bool first = true, zero_owed = false;
-        int pending = -1, pending_qt = 0;
+        bool first = true;
 #pragma unroll 1
         for (int qt = k0 / kInner; qt < n_qt; qt++, qs++) {
             const int s = qs % STAGES;
             mbar_wait_warp(sm.full(s), (qs / STAGES) & 1);
             if (qt * kInner + 63 < key0) {  // before every key of this warpgroup: adds 0
                 release(sm.empty(s), lane);
-                if (PIPELINED) {
-                    zero_owed = true;  // handed over after the next tile's step, as the other
-                } else {               // warpgroup hands this tile over then
-                    publish_dq(sm, dq, true, m++, cw, lane, meta(qt));
-                }
+                publish_dq(sm, dq, true, m++, cw, lane, meta(qt));
                 continue;
             }
-            if constexpr (MODE == kFusedRegisterA) {
-                fused_step_rs<HS, STAGES>(
-                    dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0, scale_log2, !first,
-                    lane, [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
-                first = false;
-                continue;
-            } else if constexpr (!PIPELINED) {
-                fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
-                                       scale_log2, !first, lane,
-                                       [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
-                first = false;
-                continue;
-            }
-            cur ^= 1;
-            if (pending >= 0) {
-                fused_step_overlapped<HS, STAGES, true>(
-                    dk, dv, dq, st, dpt, tiles, cur, sm, s, pending, cw, qt * kInner, key0,
-                    scale_log2, !first, lane,
-                    [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(pending_qt)); });
-                first = false;
-            } else {
-                fused_step_overlapped<HS, STAGES, false>(dk, dv, dq, st, dpt, tiles, cur, sm, s, 0,
-                                                         cw, qt * kInner, key0, scale_log2, false,
-                                                         lane, [] {});
-            }
-            if (zero_owed) {
-                publish_dq(sm, dq, true, m++, cw, lane, meta(k0 / kInner));
-                zero_owed = false;
-            }
-            pending = s;
-            pending_qt = qt;
-        }
-        if (PIPELINED && pending >= 0) {
-            fused_drain<HS, STAGES>(dk, dv, dq, tiles, cur, sm, pending, !first, lane);
+            fused_step<HS, STAGES>(dk, dv, dq, st, dpt, tiles, sm, s, cw, qt * kInner, key0,
+                                   scale_log2, !first, lane,
+                                   [&] { publish_dq(sm, dq, false, m++, cw, lane, meta(qt)); });
             first = false;
-            publish_dq(sm, dq, false, m++, cw, lane, meta(pending_qt));
         }
-        if (zero_owed) publish_dq(sm, dq, true, m++, cw, lane, meta(k0 / kInner));
-        release(sm.outer_empty(), lane);  // K (read by the dq GEMMs) and V: done
+        release(sm.kv_empty(i), lane);  // K (read by the dq GEMMs) and V: done
         dkdv_epilogue<HS, STAGES>(dk, dv, first, dqkv, bias_part, sm, b, h, kb, n_kb, NH, T, key0,
                                   scale);
     }
@@ -1263,7 +1121,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 // Grid: up to one CTA per SM, each taking tiles (B*NH heads x ceil(T / 128) key tiles) by
 // ticket; 384 threads: the producer's thread, the dq writer's (warp 1), two consumer warpgroups.
 // flags and the ticket counter are zero at launch.
-template <int HS, int STAGES, int MODE>
+template <int HS, int STAGES>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_fused_kernel(const __grid_constant__ CUtensorMap qkv_rows,
                                       const __grid_constant__ CUtensorMap qkv_inner,
@@ -1284,6 +1142,8 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
             mbar_init(sm.dq_full(i), 4);  // warpgroup 1's warps
             mbar_init(sm.dq_empty(i), 1);
         }
+        mbar_init(sm.kv_full(1), 1);
+        mbar_init(sm.kv_empty(1), kConsumerWarps);
     }
     init_barriers(sm);  // fences the initializations and syncs
     // One branch per role (the register budgets of setmaxnreg apply to each branch).
@@ -1298,7 +1158,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
         }
     } else {
         setmaxnreg_inc<232>();
-        fused_consumer<HS, STAGES, MODE>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
+        fused_consumer<HS, STAGES>(sm, dqkv, bias_part, T, NH, n_kb, scale, scale_log2);
     }
 #endif
 }
@@ -1476,11 +1336,11 @@ void backward_launch(const Context& ctx, const BackwardArgs& a, bool dq, int var
 
 // The fused backward: zeroed flags and ticket, the row statistics, the fused kernel (dk, dv and
 // the dq accumulator), the dq conversion.
-template <int HS, int MODE>
+template <int HS>
 void fused_launch(const Context& ctx, const BackwardArgs& a) {
     constexpr int kStages = 4;
     constexpr size_t smem = FusedSmem<HS, kStages>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages, MODE>;
+    auto* const kernel = flash_attention_sm90_fused_kernel<HS, kStages>;
     static const bool smem_set = set_smem(kernel, smem);
     (void)smem_set;
     const int T_pad = padded_t(a.T), n_kb = (a.T + kRows - 1) / kRows;
@@ -1526,14 +1386,8 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.NH = NH;
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
-    if (kernels & kBackwardFused) {  // the variant is the fused kernel's mode
-        if (dkdv_variant == kFusedRegisterA) {
-            fused_launch<HS, kFusedRegisterA>(ctx, a);
-        } else if (dkdv_variant == kFusedPipelined) {
-            fused_launch<HS, kFusedPipelined>(ctx, a);
-        } else {
-            fused_launch<HS, kFusedOneGroup>(ctx, a);
-        }
+    if (kernels & kBackwardFused) {  // one variant
+        fused_launch<HS>(ctx, a);
         return a.parts;
     }
     // dq first: it writes lse2 and D, which dk/dv reads.
