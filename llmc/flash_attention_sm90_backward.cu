@@ -618,6 +618,16 @@ __device__ __forceinline__ void dkdv_scores(float (&st)[32], float (&dpt)[32], u
     dkdv_softmax_grad(st, dpt, sm, s, q0, key0, scale_log2);
 }
 
+// dv += P^T dO and dk += dS^T Q of stage s, P^T and dS^T the register A operands pa and dsa
+// (the caller fences and commits).
+template <int HS, int STAGES>
+__device__ __forceinline__ void issue_dv_dk(float (&dk)[HS / 2], float (&dv)[HS / 2],
+                                            const uint32_t (&pa)[16], const uint32_t (&dsa)[16],
+                                            const BwdSmem<HS, STAGES>& sm, int s, bool accumulate) {
+    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(s, 1), kInner, accumulate);
+    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(s, 0), kInner, accumulate);
+}
+
 // One query tile of a dk/dv warpgroup, one GEMM group at a time: S^T = K Q^T and dP^T = V dO^T
 // (64 keys x 64 queries), P^T and dS^T -> dv += P^T dO, dk += dS^T Q.
 template <int HS, int STAGES>
@@ -633,8 +643,7 @@ __device__ __forceinline__ void dkdv_step(float (&dk)[HS / 2], float (&dv)[HS / 
     fence_operands(pa);
     fence_operands(dsa);
     wgmma_fence();
-    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(s, 1), kInner, accumulate);
-    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(s, 0), kInner, accumulate);
+    issue_dv_dk<HS, STAGES>(dk, dv, pa, dsa, sm, s, accumulate);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(dk);
@@ -662,8 +671,7 @@ __device__ __forceinline__ void dkdv_step_overlapped(float (&dk)[HS / 2], float 
     issue_scores<HS, STAGES>(st, dpt, sm.outer(0), sm, s, cw);
     wgmma_commit();
     if constexpr (PENDING) {
-        gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
-        gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(ps, 0), kInner, accumulate);
+        issue_dv_dk<HS, STAGES>(dk, dv, pa, dsa, sm, ps, accumulate);
         wgmma_commit();
         wgmma_wait<1>();  // S^T and dP^T done, dv and dk may still run
     } else {
@@ -695,8 +703,7 @@ __device__ __forceinline__ void dkdv_drain(float (&dk)[HS / 2], float (&dv)[HS /
     fence_operands(pa);
     fence_operands(dsa);
     wgmma_fence();
-    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(ps, 1), kInner, accumulate);
-    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(ps, 0), kInner, accumulate);
+    issue_dv_dk<HS, STAGES>(dk, dv, pa, dsa, sm, ps, accumulate);
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(dk);
@@ -788,8 +795,7 @@ __device__ __forceinline__ void fused_step(float (&dk)[HS / 2], float (&dv)[HS /
     fence_operands(pa);
     fence_operands(dsa);
     wgmma_fence();
-    gemm_rs_mnmajor<HS, kInner / 16>(dv, pa, sm.inner(s, 1), kInner, accumulate);
-    gemm_rs_mnmajor<HS, kInner / 16>(dk, dsa, sm.inner(s, 0), kInner, accumulate);
+    issue_dv_dk<HS, STAGES>(dk, dv, pa, dsa, sm, s, accumulate);
     wgmma_commit();
     named_barrier_sync(kWarpgroupBarrier + cw, 128);  // the dS^T tile written by every thread
     fence_operands(dq);
