@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "classifier.cuh"
 #include "device_utils.cuh"
@@ -47,13 +48,18 @@ struct MaxSum {
     float s;
 };
 
-// exp(d) for d = x - m <= 0, the softmax's per-element exponential, by __expf (a multiply by
-// log2(e) and the special-function unit's ex2.approx: 2 instructions against about 8 for expf;
-// the kernels compute two exponentials per logit). CUDA documents its error as at most
-// 2 + floor(1.173 |d|) ulp, so the absolute error of p = exp(d) <= 1 is at most
-// p (2 + 1.173 |d|) 2^-23 <= 2.4e-7 + 1.4e-7 |d| e^d <= 3e-7 (|d| e^d <= 1/e), far under the
-// tests' bound of 5e-6 on p (dev/test/test_classifier.cu).
-__device__ __forceinline__ float exp_nonpositive(float d) { return __expf(d); }
+// exp(d) for d = x - m <= 0, the softmax's per-element exponential: a multiply by log2(e) and
+// the special-function unit's ex2.approx in its flush-to-zero form (2 instructions; __expf
+// compiles to the same two plus a range test and two multiplies that make results below 2^-126
+// denormal instead of 0, and expf to about 8; the kernels compute two exponentials per logit).
+// For the same product d log2(e) ex2.approx.ftz and __expf give the same bits down to 2^-126.
+// CUDA documents __expf's error as at most 2 + floor(1.173 |d|) ulp, so the absolute error of
+// p = exp(d) <= 1 is at most p (2 + 1.173 |d|) 2^-23 <= 2.4e-7 + 1.4e-7 |d| e^d <= 3e-7
+// (|d| e^d <= 1/e), plus < 2^-126 where the flush makes it 0: far under the tests' bound of 5e-6
+// on p (dev/test/test_classifier.cu).
+__device__ __forceinline__ float exp_nonpositive(float d) {
+    return fast_exp2(d * 1.44269504088896341f);
+}
 
 // Adds the values x[0..n) to a: rescales s once if they raise the max, then one exp each.
 template <int n>
@@ -71,6 +77,76 @@ __device__ __forceinline__ void add_values(MaxSum& a, const float (&x)[n]) {
     for (int k = 0; k < n; k++) {
         a.s += exp_nonpositive(x[k] - a.m);
     }
+}
+
+// Pass 1 on one pack: its kVec logits added to a, in column order.
+template <int kVec>
+__device__ __forceinline__ void add_pack(MaxSum& a, const Vec<floatX, kVec>& x) {
+    float f[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; k++) {
+        f[k] = to_float(x.v[k]);
+    }
+    add_values(a, f);
+}
+
+// kVec floats rounded to floatX; bf16 pairs by one packed conversion (the same bits as two).
+template <int kVec>
+__device__ __forceinline__ Vec<floatX, kVec> round_pack(const float (&g)[kVec]) {
+    Vec<floatX, kVec> d;
+    if constexpr (std::is_same_v<floatX, __nv_bfloat16> && kVec % 2 == 0) {
+#pragma unroll
+        for (int k = 0; k < kVec; k += 2) {
+            *reinterpret_cast<__nv_bfloat162*>(&d.v[k]) = __floats2bfloat162_rn(g[k], g[k + 1]);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            d.v[k] = from_float<floatX>(g[k]);
+        }
+    }
+    return d;
+}
+
+// Pass 2 on the pack of columns c0 .. c0 + kVec - 1: (p - [i == target]) * dloss with
+// p = exp(x - m) / s for the valid columns i < V, 0 for the padding. A full pack without the
+// target (all but one or two of a row's) skips the per-column tests: there p - 0 is p.
+template <int kVec>
+__device__ __forceinline__ Vec<floatX, kVec> dlogits_pack(const Vec<floatX, kVec>& x, int c0,
+                                                          MaxSum total, float inv_s, float dloss,
+                                                          int target, int V) {
+    float g[kVec];
+    if (c0 + kVec <= V && (target < c0 || target >= c0 + kVec)) {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            g[k] = exp_nonpositive(to_float(x.v[k]) - total.m) * inv_s * dloss;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kVec; k++) {
+            const int i = c0 + k;
+            g[k] = 0.0f;
+            if (i < V) {
+                const float prob = exp_nonpositive(to_float(x.v[k]) - total.m) * inv_s;
+                g[k] = (prob - (i == target ? 1.0f : 0.0f)) * dloss;
+            }
+        }
+    }
+    return round_pack(g);
+}
+
+// Pass 2 on pack q of a row staged in shared memory. Pass 1 staged only the packs holding valid
+// columns: the padding packs beyond them are zeros, not read.
+template <int kVec>
+__device__ __forceinline__ Vec<floatX, kVec> staged_dlogits_pack(const floatX* staged, int q,
+                                                                 MaxSum total, float inv_s,
+                                                                 float dloss, int target, int V) {
+    if (q * kVec >= V) {
+        const float zeros[kVec] = {};
+        return round_pack(zeros);
+    }
+    return dlogits_pack(load_vec<kVec>(staged + (size_t)q * kVec), q * kVec, total, inv_s, dloss,
+                        target, V);
 }
 
 // Merges two normalizers. Symmetric in its arguments (IEEE addition commutes), so the lanes
@@ -136,13 +212,7 @@ __global__ void __launch_bounds__(kThreads)
     MaxSum acc = {-INFINITY, 0.0f};
     const int full_packs = V / kVec;
     for (int p = threadIdx.x; p < full_packs; p += kThreads) {
-        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
-        float f[kVec];
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            f[k] = to_float(v.v[k]);
-        }
-        add_values(acc, f);
+        add_pack(acc, load_vec<kVec>(x + (size_t)p * kVec));
     }
     for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
         const float f[1] = {to_float(x[i])};
@@ -159,19 +229,9 @@ __global__ void __launch_bounds__(kThreads)
 
     const float inv_s = 1.0f / total.s;
     for (int p = threadIdx.x; p < Vp / kVec; p += kThreads) {
-        const Vec<floatX, kVec> v = load_vec<kVec>(x + (size_t)p * kVec);
-        Vec<floatX, kVec> d;
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            const int i = p * kVec + k;
-            float g = 0.0f;
-            if (i < V) {
-                const float prob = exp_nonpositive(to_float(v.v[k]) - total.m) * inv_s;
-                g = (prob - (i == target ? 1.0f : 0.0f)) * dloss;
-            }
-            d.v[k] = from_float<floatX>(g);
-        }
-        store_vec<kVec>(x + (size_t)p * kVec, d);
+        store_vec<kVec>(x + (size_t)p * kVec,
+                        dlogits_pack(load_vec<kVec>(x + (size_t)p * kVec), p * kVec, total, inv_s,
+                                     dloss, target, V));
     }
 }
 
@@ -213,27 +273,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         const Vec<floatX, kVec> b = load_vec<kVec>(x + (size_t)(p + kThreads) * kVec);
         store_vec<kVec>(staged + (size_t)p * kVec, a);
         store_vec<kVec>(staged + (size_t)(p + kThreads) * kVec, b);
-        float f[kVec];
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            f[k] = to_float(a.v[k]);
-        }
-        add_values(acc, f);
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            f[k] = to_float(b.v[k]);
-        }
-        add_values(acc, f);
+        add_pack(acc, a);
+        add_pack(acc, b);
     }
     if (p < full_packs) {
         const Vec<floatX, kVec> a = load_vec<kVec>(x + (size_t)p * kVec);
         store_vec<kVec>(staged + (size_t)p * kVec, a);
-        float f[kVec];
-#pragma unroll
-        for (int k = 0; k < kVec; k++) {
-            f[k] = to_float(a.v[k]);
-        }
-        add_values(acc, f);
+        add_pack(acc, a);
     }
     for (int i = full_packs * kVec + threadIdx.x; i < V; i += kThreads) {
         const float f[1] = {to_float(x[i])};
@@ -254,26 +300,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const float inv_s = 1.0f / total.s;
     for (int q = threadIdx.x; q < Vp / kVec; q += kThreads) {
-        Vec<floatX, kVec> d;
-        if (q * kVec < V) {
-            const Vec<floatX, kVec> v = load_vec<kVec>(staged + (size_t)q * kVec);
-#pragma unroll
-            for (int k = 0; k < kVec; k++) {
-                const int i = q * kVec + k;
-                float g = 0.0f;
-                if (i < V) {
-                    const float prob = exp_nonpositive(to_float(v.v[k]) - total.m) * inv_s;
-                    g = (prob - (i == target ? 1.0f : 0.0f)) * dloss;
-                }
-                d.v[k] = from_float<floatX>(g);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < kVec; k++) {
-                d.v[k] = from_float<floatX>(0.0f);
-            }
-        }
-        store_vec<kVec>(x + (size_t)q * kVec, d);
+        store_vec<kVec>(x + (size_t)q * kVec,
+                        staged_dlogits_pack<kVec>(staged, q, total, inv_s, dloss, target, V));
     }
 }
 
