@@ -4,7 +4,8 @@
 // Shapes: logits (N, Vp) with the first V columns valid, targets (N) int, losses (N) float.
 //   fused_classifier: one block per row.
 //     pass 1: each thread keeps a running max m and sum s = sum exp(x - m) over its columns
-//             (rescaled when m grows); the block merges the (m, s) pairs in a fixed tree order.
+//             (rescaled when m grows); the block takes the row max M, then sums the threads'
+//             s exp(m - M), both in a fixed order.
 //             losses[row] = log(s) + m - x[target]                          (overwritten)
 //     pass 2 (write_dlogits): logits[v] <- (exp(x[v] - m) / s - [v == target]) * dloss for
 //             v < V, and 0 for V <= v < Vp                                   (overwritten)
@@ -70,7 +71,7 @@ __device__ __forceinline__ void add_values(MaxSum& a, const float (&x)[n]) {
         block_max = fmaxf(block_max, x[k]);
     }
     if (block_max > a.m) {
-        a.s *= expf(a.m - block_max);  // expf(-inf) = 0 while a is empty
+        a.s *= exp_nonpositive(a.m - block_max);  // exp(-inf) = 0 while a is empty
         a.m = block_max;
     }
 #pragma unroll
@@ -149,45 +150,29 @@ __device__ __forceinline__ Vec<floatX, kVec> staged_dlogits_pack(const floatX* s
                         target, V);
 }
 
-// Merges two normalizers. Symmetric in its arguments (IEEE addition commutes), so the lanes
-// of a butterfly all end with the same bits.
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-    const float m = fmaxf(a.m, b.m);
-    if (m == -INFINITY) {  // both empty: exp(-inf - -inf) would be NaN
-        return a;
-    }
-    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum a) {
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        const MaxSum b = {__shfl_xor_sync(0xffffffffu, a.m, offset),
-                          __shfl_xor_sync(0xffffffffu, a.s, offset)};
-        a = merge(a, b);
-    }
-    return a;
-}
-
-// The block's normalizer from each thread's: warps in a butterfly, then warp 0 over the warps'
-// results, in a fixed order. Every thread returns the same value.
-__device__ __forceinline__ MaxSum block_merge(MaxSum acc, MaxSum* warp_results,
-                                              MaxSum* row_result) {
-    acc = warp_merge(acc);
+// The block's normalizer from each thread's, in two all-reduces: the row max M (a butterfly in
+// each warp, then one over the warps' maxima, in every warp), then each thread's s rescaled to
+// M once, s exp(m - M), and summed the same way. One exponential a thread, where merging the
+// (m, s) pairs in a tree took two at each of its ten levels. Fixed order, and every thread
+// returns the same bits (a butterfly's lanes add the same pairs; IEEE addition commutes). The
+// barriers also order the staged-row kernel's shared-memory row between its passes.
+__device__ __forceinline__ MaxSum block_merge(MaxSum acc, float* warp_maxes, float* warp_sums) {
     const int warp = threadIdx.x / kWarpSize;
     const int lane = threadIdx.x % kWarpSize;
+    float m = warp_max(acc.m);
     if (lane == 0) {
-        warp_results[warp] = acc;
+        warp_maxes[warp] = m;
     }
     __syncthreads();
-    if (warp == 0) {
-        MaxSum w = lane < kWarps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
-        w = warp_merge(w);
-        if (lane == 0) {
-            *row_result = w;
-        }
+    m = warp_max(lane < kWarps ? warp_maxes[lane] : -INFINITY);
+    // A thread with no columns has m = -inf and s = 0 (exp(-inf - M) would be NaN for M = -inf).
+    float s = warp_sum(acc.m == -INFINITY ? 0.0f : acc.s * exp_nonpositive(acc.m - m));
+    if (lane == 0) {
+        warp_sums[warp] = s;
     }
     __syncthreads();
-    return *row_result;
+    s = warp_sum(lane < kWarps ? warp_sums[lane] : 0.0f);
+    return {m, s};
 }
 
 // One block per row; see the file comment. Pass 1 reads only the V valid columns (whole packs,
@@ -198,8 +183,7 @@ __global__ void __launch_bounds__(kThreads)
                                            float* __restrict__ losses,       // (N)
                                            const int* __restrict__ targets,  // (N)
                                            float dloss, int V, int Vp, bool write_dlogits) {
-    __shared__ MaxSum warp_results[kWarps];
-    __shared__ MaxSum row_result;
+    __shared__ float warp_maxes[kWarps], warp_sums[kWarps];
     pdl_wait();
     pdl_launch_dependents();
     const int row = blockIdx.x;
@@ -218,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
         const float f[1] = {to_float(x[i])};
         add_values(acc, f);
     }
-    const MaxSum total = block_merge(acc, warp_results, &row_result);
+    const MaxSum total = block_merge(acc, warp_maxes, warp_sums);
     if (threadIdx.x == 0) {
         // m - x[target] first: both are logits, so the difference loses nothing to their size.
         losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
@@ -253,8 +237,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                        const int* __restrict__ targets,  // (N)
                                        float dloss, int V, int Vp, bool write_dlogits) {
     extern __shared__ uint4 staged_storage[];  // (Vp) floatX, 16-byte aligned
-    __shared__ MaxSum warp_results[kWarps];
-    __shared__ MaxSum row_result;
+    __shared__ float warp_maxes[kWarps], warp_sums[kWarps];
     pdl_wait();
     pdl_launch_dependents();
     floatX* staged = reinterpret_cast<floatX*>(staged_storage);
@@ -290,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         store_vec<kVec>(staged + (size_t)full_packs * kVec,
                         load_vec<kVec>(x + (size_t)full_packs * kVec));
     }
-    const MaxSum total = block_merge(acc, warp_results, &row_result);  // also orders `staged`
+    const MaxSum total = block_merge(acc, warp_maxes, warp_sums);  // also orders `staged`
     if (threadIdx.x == 0) {
         losses[row] = target_ok ? logf(total.s) + (total.m - target_logit) : NAN;
     }
