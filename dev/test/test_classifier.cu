@@ -32,11 +32,12 @@ using namespace llmc;
 namespace {
 
 // losses: log(s) + (m - x_target) with s a float sum of <= 50257 terms in per-thread runs of
-// <= ~100 and then a 9-level tree: relative error of s ~1e-6, so ~1e-6 absolute on the loss.
-// Float in both builds, from the same floatX logits.
+// <= ~100, each run rescaled to the row max once (the fast exp's <= 3e-7), then a 10-level tree:
+// relative error of s ~1e-6, so ~1e-6 absolute on the loss. Float in both builds, from the same
+// floatX logits.
 constexpr float kLossAtol = 1e-5f;
 constexpr float kLossRtol = 1e-5f;
-// dlogits = (p - onehot) * dloss: p carries the ~1e-6 relative error of s plus <= 3e-7 of __expf,
+// dlogits = (p - onehot) * dloss: p carries the ~1e-6 relative error of s plus <= 3e-7 of its exp,
 // so its absolute error is <= ~2e-6 for p <= 1 (this bounds the cancellation in p - 1).
 constexpr float kDlogitsAtolPerDloss = 5e-6f;
 #if defined(ENABLE_BF16)
