@@ -219,6 +219,11 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// Blocks per SM the staged-row kernel is compiled for (its register budget): 2 in bf16. An fp32
+// row of GPT-2's Vp takes 196 KiB of shared memory, so one block a SM is all that fits there, and
+// the bound of 2 (32 registers a thread) would make the kernel spill.
+constexpr int kStagedRowBlocks = sizeof(floatX) == 2 ? 2 : 1;
+
 // Variant 1 (Context::classifier_variant): the same arithmetic in the same order (bitwise the
 // same losses and dlogits), with the row staged in shared memory. The floor is one read of the
 // V logits and one write of the Vp dlogits, sizeof(floatX) * (V + Vp) bytes a row. The kernel
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(kThreads)
 // thread in flight. Needs Vp * sizeof(floatX) of shared memory per block (the launcher falls
 // back to the kernel above where the device has less).
 template <int kVec>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kStagedRowBlocks)
     fused_classifier_staged_row_kernel(floatX* __restrict__ logits,      // (N, Vp)
                                        float* __restrict__ losses,       // (N)
                                        const int* __restrict__ targets,  // (N)
