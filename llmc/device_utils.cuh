@@ -37,6 +37,9 @@ __device__ __forceinline__ void write_grad(T* dst, float sum, bool accumulate) {
     *dst = from_float<T>(accumulate ? to_float(*dst) + sum : sum);
 }
 
+// log2(e): exp(x) = 2^(x log2(e)).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // 2^x and 1/x on the special-function unit, flush-to-zero forms: without .ftz the compiler
 // adds a range check and two multiplies per call to produce denormal results, which no caller
 // needs (probabilities and GELU terms below 2^-126 round away anyway).

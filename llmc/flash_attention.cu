@@ -45,7 +45,6 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr size_t kScratchAlign = 256;
 

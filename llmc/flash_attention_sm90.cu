@@ -64,7 +64,6 @@ constexpr int kBN = 128;  // keys of a K / V tile; kBM == kBN puts the diagonal 
 constexpr int kThreads = 384;
 constexpr int kBM3 = 192;  // query rows of a tile of the three-warpgroup kernel (below)
 constexpr int kThreads3 = 512;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- Shared memory ------------------------------------------------------------------------------
 

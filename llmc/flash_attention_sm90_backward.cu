@@ -54,7 +54,6 @@ constexpr int kRows = 128;     // query rows of a dq CTA, keys of a dk/dv CTA (6
 constexpr int kInner = 64;     // rows of the inner tiles (keys in dq, queries in dk/dv)
 constexpr int kStatsPad = 64;  // lse2 and D rows padded to a multiple of this
 constexpr int kThreads = 384;
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr size_t kScratchAlign = 256;
 
 size_t aligned_bytes(size_t bytes) {
