@@ -9,7 +9,7 @@
 // parameters of d12 (16 tensors) for AdamW and the global norm (also sharded: rank 0 of a ZeRO-1
 // split over 2 GPUs); the fused classifier runs on R rows of (Vp) logits (default 8192: the
 // trainer computes the classifier in chunks of rows). The layernorm backward runs at B=4 (N=4096)
-// too.
+// too, and at GPT-2 XL's width (C=1600) at B=4 and B=16.
 //
 // Method:
 //   1. Copy bandwidth: cudaMemcpyAsync device-to-device of 1 GiB; bytes = 2 * size (read +
@@ -277,6 +277,29 @@ void bench_layernorm(Context& ctx, Timer& timer, std::vector<Row>* rows) {
         }
     }
     ctx.layernorm_backward_variant = chosen;
+    // GPT-2 XL's rows (C = 1600, the wide-row kernels in bf16; every variant takes them) at its
+    // d48 micro-batches B=4 and B=16, on the first rows of the same buffers.
+    constexpr int kWideC = 1600;
+    DeviceBuffer<floatX> wide_w(kWideC), wide_b(kWideC), wide_dw(kWideC), wide_db(kWideC),
+        wide_dr(kWideC);
+    fill(ctx, wide_w.get(), kWideC, 31, 0.5f, 1.5f);
+    fill(ctx, wide_b.get(), kWideC, 32, -0.1f, 0.1f);
+    fill(ctx, wide_dw.get(), kWideC, 33, -0.01f, 0.01f);
+    fill(ctx, wide_db.get(), kWideC, 34, -0.01f, 0.01f);
+    fill(ctx, wide_dr.get(), kWideC, 35, -0.01f, 0.01f);
+    for (const int b : {4, 16}) {
+        const int n = b * kT;
+        DeviceBuffer<unsigned char> wide_scratch(layernorm_backward_scratch_bytes(ctx, n, kWideC));
+        layernorm_forward(ctx, out.get(), mean.get(), rstd.get(), inp.get(), wide_w.get(),
+                          wide_b.get(), n, kWideC);
+        t = timer.time([&] {
+            layernorm_backward(ctx, dinp.get(), wide_dw.get(), wide_db.get(), wide_scratch.get(),
+                               dout.get(), inp.get(), wide_w.get(), mean.get(), rstd.get(), n,
+                               kWideC, wide_dr.get());
+        });
+        rows->push_back({"layernorm_backward C=1600 B=" + std::to_string(b), "X*(4*N*C + 7*C) + 8N",
+                         kX * (4.0 * n * kWideC + 7.0 * kWideC) + 8.0 * n, t});
+    }
 }
 
 // Bias gradients of the two projections whose output gradient is not the residual stream's
