@@ -7,8 +7,8 @@
 // the graph branch that holds some SMs, takes fewer tiles instead of finishing last. The
 // counter resets itself (the last CTA to run out zeroes it), one per mode: a mode's launches
 // run one at a time (ctx.stream). Which CTA computes a tile changes nothing in its bits. Its
-// 384 threads:
-//   producer warpgroup (one issuing thread, 40 registers): takes the tiles (the next one's
+// 512 threads:
+//   producer warpgroup (one issuing thread, 24 registers): takes the tiles (the next one's
 //     index fetched while this one's loads go out) and hands their indices to the consumers
 //     through a ring of kIdSlots shared slots (an mbarrier each); for each tile, the
 //     k-blocks of 64 of the A operand (128 rows of inp or dout, K-major) and of the weight tile
@@ -17,18 +17,19 @@
 //     mbarrier (TMA bytes) and an "empty" one (the four warps of the consumer reading it);
 //     backward, after a tile's k-blocks, that tile's 128 x 128 block of pre into its consumer's
 //     staging buffer (its own full / free pair), so that it is there when the epilogue starts.
-//   two consumer warpgroups (232 registers), consumer c taking the CTA's tiles c, c + 2, ...:
+//   three consumer warpgroups (160 registers), consumer c taking the CTA's tiles c, c + 3, ...:
 //     the main loop (two m64n128k16 accumulators, rows 0-63 and 64-127 of the tile, 128
-//     registers), the two consumers' main loops one after the other (named barriers 2 + c), so
-//     one's epilogue runs beside the other's main loop. Epilogue through the consumer's staging
-//     buffer (32 KiB, the 128-byte swizzled layout of sm90.cuh: conflict-free both in the
-//     accumulator layout and in 16-byte row chunks):
+//     registers), the consumers' main loops one after the other in tile order (a named barrier
+//     each), so that a consumer's epilogue runs beside the next two tiles' main loops. Epilogue
+//     through the consumer's staging buffer (32 KiB, the 128-byte swizzled layout of sm90.cuh:
+//     conflict-free both in the accumulator layout and in 16-byte row chunks):
 //       forward: pre = acc + bias rounded to bf16 into the buffer; then by 16-byte chunks, pre
 //         and gelu_tanh(pre) to global memory.
 //       backward: dinp = acc * gelu_tanh_grad(pre) rounded to bf16, in place over pre in the
 //         buffer; then by 16-byte chunks to global memory, each thread summing its chunk's 8
 //         columns over its 16 rows; those sums are added across the warpgroup in a fixed order
-//         into the tile's row of bias_partial (matmul.cu adds the rows up).
+//         (through the staging buffer, once read) into the tile's row of bias_partial (matmul.cu
+//         adds the rows up).
 #include <algorithm>
 #include <cstdint>
 
@@ -48,7 +49,15 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-constexpr int kTile = 128, kBK = 64, kStages = 4, kThreads = 384;
+// Three consumer warpgroups take the CTA's tiles in turn: at K = 768 a tile's epilogue (16K
+// elements through one warpgroup) takes longer than its main loop, so with two consumers the
+// tensor cores waited for it; with three it has two main loops to hide behind.
+constexpr int kConsumers = 3;
+constexpr int kTile = 128, kBK = 64, kStages = 4, kThreads = 128 * (1 + kConsumers);
+// Registers a thread: the producer's warpgroup gives back what the consumers take (65536 an SM).
+constexpr int kProducerRegs = 24, kConsumerRegs = 160;
+static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536,
+              "setmaxnreg budget over the register file");
 constexpr uint32_t kOperandBytes = kTile * kBK * 2;    // one A or weight stage (16 KiB)
 constexpr uint32_t kStagingBytes = kTile * kTile * 2;  // a 128 x 128 bf16 tile (32 KiB)
 constexpr int kConsumerWarps = 4;
@@ -56,9 +65,17 @@ constexpr int kConsumerWarps = 4;
 // back, i.e. after tile j - 6's loads were consumed (4 stages, at least one k-block a tile), so
 // the consumer of tile j - 8 has long read its slot.
 constexpr int kIdSlots = 8;
+// The backward's column sums of a tile (kConsumerWarps x kTile floats) go into the consumer's
+// staging buffer once its chunk pass has read it.
 constexpr uint32_t kColSumBytes = kConsumerWarps * kTile * 4;
-constexpr size_t kSmem = 2 * kStages * kOperandBytes + 2 * kStagingBytes + 2 * kColSumBytes +
-                         (2 * kStages + 4 + kIdSlots) * 8 + kIdSlots * 4 + 1024;
+static_assert(kColSumBytes <= kStagingBytes, "column sums fit in the staging buffer");
+constexpr size_t kSmem = 2 * kStages * kOperandBytes + kConsumers * kStagingBytes +
+                         (2 * kStages + 2 * kConsumers + kIdSlots) * 8 + kIdSlots * 4 + 1024;
+static_assert(kSmem <= 227 * 1024, "over sm_90's shared memory per block");
+// Named barriers: 1 + c orders consumer c's main loop after the previous tile's, 1 + kConsumers
+// + c is consumer c's own (0 is __syncthreads').
+constexpr int kOrderBar = 1, kOwnBar = 1 + kConsumers;
+static_assert(kOwnBar + kConsumers <= 16, "16 named barriers");
 
 #ifdef LLMC_SM90A_DEVICE
 // gelu_tanh of the 8 bf16 values of a chunk.
@@ -90,15 +107,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto a_tile = [&](int s) { return base + s * kOperandBytes; };
     auto w_tile = [&](int s) { return base + (kStages + s) * kOperandBytes; };
     const uint32_t staging0 = base + 2 * kStages * kOperandBytes;
-    const uint32_t colsum0 = staging0 + 2 * kStagingBytes;
-    const uint32_t bars = colsum0 + 2 * kColSumBytes;
+    const uint32_t bars = staging0 + kConsumers * kStagingBytes;
     auto full = [&](int s) { return bars + 8 * s; };
     auto empty = [&](int s) { return bars + 8 * (kStages + s); };
     auto pre_full = [&](int c) { return bars + 8 * (2 * kStages + c); };
-    auto pre_free = [&](int c) { return bars + 8 * (2 * kStages + 2 + c); };
-    auto id_full = [&](int j) { return bars + 8 * (2 * kStages + 4 + j % kIdSlots); };
-    volatile int* const ids =
-        reinterpret_cast<volatile int*>(smem_raw + (bars - raw) + 8 * (2 * kStages + 4 + kIdSlots));
+    auto pre_free = [&](int c) { return bars + 8 * (2 * kStages + kConsumers + c); };
+    auto id_full = [&](int j) { return bars + 8 * (2 * kStages + 2 * kConsumers + j % kIdSlots); };
+    volatile int* const ids = reinterpret_cast<volatile int*>(
+        smem_raw + (bars - raw) + 8 * (2 * kStages + 2 * kConsumers + kIdSlots));
     const int n_tiles = N / kTile, tiles = ((M + kTile - 1) / kTile) * n_tiles;
     const int kblocks = K / kBK;
     if (threadIdx.x == 0) {
@@ -106,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_init(full(s), 1);
             mbar_init(empty(s), kConsumerWarps);
         }
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < kConsumers; c++) {
             mbar_init(pre_full(c), 1);
             mbar_init(pre_free(c), 1);
         }
@@ -118,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // of the next kernel either: its CTAs could not share an SM with ours anyway.
     pdl_wait();
     if (threadIdx.x < 128) {
-        setmaxnreg_dec<40>();
+        setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x == 0) {
             prefetch_tensor_map(&a_map);
             prefetch_tensor_map(&w_map);
@@ -128,9 +144,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int t = next;
                 ids[j % kIdSlots] = t;
                 mbar_arrive(id_full(j));  // release: the slot's write is seen after the wait
-                if (t >= tiles) {         // ran out: the other consumer's end too, then the reset
-                    ids[(j + 1) % kIdSlots] = t;
-                    mbar_arrive(id_full(j + 1));
+                if (t >= tiles) {         // ran out: the other consumers' ends too, then the reset
+                    for (int c = 1; c < kConsumers; c++) {
+                        ids[(j + c) % kIdSlots] = t;
+                        mbar_arrive(id_full(j + c));
+                    }
                     if (atomicAdd(&g_gelu_gemm_tile_done[BACKWARD], 1) == (int)gridDim.x - 1) {
                         g_gelu_gemm_tile_next[BACKWARD] = 0;  // every CTA has taken its last index
                         g_gelu_gemm_tile_done[BACKWARD] = 0;
@@ -152,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma_load_4d(w_tile(s), &w_map, full(s), kb * kBK, 0, n0, 0);
                     }
                 }
-                if (BACKWARD) {  // this tile's pre, into consumer (j % 2)'s staging buffer
-                    const int c = j % 2, use = j / 2;
+                if (BACKWARD) {  // this tile's pre, into its consumer's staging buffer
+                    const int c = j % kConsumers, use = j / kConsumers;
                     mbar_wait(pre_free(c), (use & 1) ^ 1);
                     mbar_arrive_expect_tx(pre_full(c), kStagingBytes);
                     const uint32_t dst = staging0 + c * kStagingBytes;
@@ -164,14 +182,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         return;
     }
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<kConsumerRegs>();
     // The consumer index through a shuffle, so that the compiler knows it is warp-uniform and
     // keeps the main loop's bookkeeping (tile, stage, descriptors) in uniform registers.
     const int cw = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
     const int wt = threadIdx.x % 128, lane = wt % 32, warp = wt / 32;
     const uint32_t staging = staging0 + cw * kStagingBytes;
     unsigned char* const staging_ptr = smem_raw + (staging - raw);
-    float* const colsum = reinterpret_cast<float*>(smem_raw + (colsum0 - raw)) + cw * 4 * kTile;
+    float* const colsum = reinterpret_cast<float*>(staging_ptr);
     // Operand descriptors of stage 0, k-slice 0; stage s, k-slice ks adds its byte offset / 16
     // (the address field is linear: shared memory stays below its 256 KiB limit).
     const uint64_t a_desc0 = kmajor_desc(a_tile(0), kTile, 0, 0);
@@ -180,12 +198,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         BACKWARD ? mnmajor_desc(w_tile(0), kBK, 0) : kmajor_desc(w_tile(0), kTile, 0, 0);
     constexpr uint32_t kStageStep = kOperandBytes / 16;
     constexpr uint32_t kWSliceStep = (BACKWARD ? 16 * kRowBytes : 32) / 16;  // one k-slice of W
-    for (int j = cw;; j += 2) {
+    for (int j = cw;; j += kConsumers) {
         mbar_wait(id_full(j), (j / kIdSlots) & 1);
         const int t = ids[j % kIdSlots];
         if (t >= tiles) break;
         const int m0 = (t / n_tiles) * kTile, n0 = (t % n_tiles) * kTile;
-        if (j > 0) named_barrier_sync(2 + cw, 256);  // the other's main loop of tile j - 1 done
+        if (j > 0) named_barrier_sync(kOrderBar + cw, 256);  // tile j - 1's main loop done
         float acc0[64], acc1[64];
 #pragma unroll
         for (int e = 0; e < 64; e++) acc0[e] = acc1[e] = 0.0f;
@@ -217,14 +235,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_operands(acc0);
         fence_operands(acc1);
         if (lane == 0) mbar_arrive(empty(prev));
-        // The other consumer may start its main loop of tile j + 1, if there is one.
+        // The next consumer may start its main loop of tile j + 1, if there is one.
         mbar_wait(id_full(j + 1), ((j + 1) / kIdSlots) & 1);
-        if (ids[(j + 1) % kIdSlots] < tiles) named_barrier_arrive(2 + (1 - cw), 256);
+        if (ids[(j + 1) % kIdSlots] < tiles)
+            named_barrier_arrive(kOrderBar + (cw + 1) % kConsumers, 256);
         // Accumulator pass: element e of accumulator h is (row, col) of the tile as below.
         if (BACKWARD) {
-            mbar_wait(pre_full(cw), (j / 2) & 1);
+            mbar_wait(pre_full(cw), (j / kConsumers) & 1);
         } else {
-            named_barrier_sync(4 + cw, 128);  // the previous tile's chunk pass is done
+            named_barrier_sync(kOwnBar + cw, 128);  // the previous tile's chunk pass is done
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -246,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *at = pack_bf16(x, y);
             }
         }
-        named_barrier_sync(4 + cw, 128);  // the whole tile is in the buffer
+        named_barrier_sync(kOwnBar + cw, 128);  // the whole tile is in the buffer
         // Chunk pass: thread wt takes chunk wt % 16 (columns 8 (wt % 16) ..) of rows
         // 8 i + wt / 16; a warp's 8 consecutive threads read one row's 128 bytes.
         const int chunk = wt % 16;
@@ -279,15 +298,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             // the four warps' sums in warp order.
 #pragma unroll
             for (int k = 0; k < 8; k++) sums[k] += __shfl_xor_sync(0xffffffffu, sums[k], 16);
+            named_barrier_sync(kOwnBar + cw, 128);  // the buffer is read: column sums into it
             if (lane < 16) {
 #pragma unroll
                 for (int k = 0; k < 8; k++) colsum[warp * kTile + 8 * chunk + k] = sums[k];
             }
-            named_barrier_sync(4 + cw, 128);  // buffer read, column sums written
-            if (wt == 0) mbar_arrive(pre_free(cw));
+            named_barrier_sync(kOwnBar + cw, 128);  // column sums written
             float total = 0.0f;
 #pragma unroll
             for (int w = 0; w < kConsumerWarps; w++) total += colsum[w * kTile + wt];
+            named_barrier_sync(kOwnBar + cw, 128);  // column sums read: the buffer is free
+            if (wt == 0) mbar_arrive(pre_free(cw));
             bias_partial[(size_t)(m0 / kTile) * N + n0 + wt] = total;
         }
     }
