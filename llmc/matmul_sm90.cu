@@ -63,7 +63,8 @@ constexpr uint32_t kStagingBytes = kTile * kTile * 2;  // a 128 x 128 bf16 tile 
 constexpr int kConsumerWarps = 4;
 // Tile-index slots: the producer writes tile j's while it still holds stage loads of tile j - 1
 // back, i.e. after tile j - 6's loads were consumed (4 stages, at least one k-block a tile), so
-// the consumer of tile j - 8 has long read its slot.
+// the consumer of tile j - 8 has long read its slot. At the end it also writes those of j + 1
+// and j + 2 (the slots of tiles j - 7 and j - 6, read before tile j - 6's main loop ran).
 constexpr int kIdSlots = 8;
 // The backward's column sums of a tile (kConsumerWarps x kTile floats) go into the consumer's
 // staging buffer once its chunk pass has read it.
