@@ -73,10 +73,6 @@ static_assert(kColSumBytes <= kStagingBytes, "column sums fit in the staging buf
 constexpr size_t kSmem = 2 * kStages * kOperandBytes + kConsumers * kStagingBytes +
                          (2 * kStages + 2 * kConsumers + kIdSlots) * 8 + kIdSlots * 4 + 1024;
 static_assert(kSmem <= 227 * 1024, "over sm_90's shared memory per block");
-// Named barriers: 1 + c orders consumer c's main loop after the previous tile's, 1 + kConsumers
-// + c is consumer c's own (0 is __syncthreads').
-constexpr int kOrderBar = 1, kOwnBar = 1 + kConsumers;
-static_assert(kOwnBar + kConsumers <= 16, "16 named barriers");
 
 #ifdef LLMC_SM90A_DEVICE
 // gelu_tanh of the 8 bf16 values of a chunk.
@@ -102,6 +98,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                      float* __restrict__ bias_partial, int M, int N, int K) {
 #ifdef LLMC_SM90A_DEVICE
     using namespace sm90;
+    // Named barriers: 1 + c orders consumer c's main loop after the previous tile's,
+    // 1 + kConsumers + c is consumer c's own (0 is __syncthreads').
+    constexpr int kOrderBar = 1, kOwnBar = 1 + kConsumers;
+    static_assert(kOwnBar + kConsumers <= 16, "16 named barriers");
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = smem_u32(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
