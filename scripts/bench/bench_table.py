@@ -235,7 +235,13 @@ def find_run(runs, config, gpus):
 
 def compile_mode(system):
     """How a PyTorch row's system name says torch.compile ran."""
-    return "mode reduce-overhead, CUDA graphs" if "reduce-overhead" in system else "default mode"
+    if "reduce-overhead" in system:
+        return "mode reduce-overhead, CUDA graphs"
+    if "max-autotune-no-cudagraphs" in system:
+        return "mode max-autotune-no-cudagraphs"
+    if "max-autotune" in system:
+        return "mode max-autotune, CUDA graphs"
+    return "default mode"
 
 
 def headline(runs):
