@@ -173,8 +173,9 @@ run() {
         [ -n "$msg" ] && why="$why: $msg"
         # Inductor's autotuning logs a Triton config that asks for too much shared memory as
         # "OutOfMemoryError: out of resource" and goes on: not the device memory running out.
-        grep -viE "out of resource" "$outdir/$tag.log" |
-            grep -qiE "out of memory|cudaErrorMemoryAllocation|OutOfMemoryError" && why="out of memory"
+        # (Read whole, not by grep -q: under pipefail its early exit would fail the pipeline.)
+        [ -n "$(grep -iE "out of memory|cudaErrorMemoryAllocation|OutOfMemoryError" "$outdir/$tag.log" |
+            grep -viE "out of resource")" ] && why="out of memory"
         echo "$why" >"$outdir/$tag.err"
         nfail=$((nfail + 1))
         echo "   $tag: FAILED ($why); last lines of $outdir/$tag.log:"
