@@ -20,13 +20,14 @@
 # on Hopper), efficient for fp32 (flash and cudnn take only 16-bit inputs). Every row is listed;
 # the fastest is the baseline.
 #   -M MODES   torch.compile modes, comma-separated from default, reduce-overhead, max-autotune,
-#              max-autotune-no-cudagraphs (default: default,reduce-overhead,max-autotune-no-cudagraphs).
+#              max-autotune-no-cudagraphs (default: all four).
 #              reduce-overhead and max-autotune replay the step as CUDA graphs (the fair opponent
 #              at small B, where launch overhead shows); the max-autotune modes also time Triton
-#              and cuBLAS kernels at compile time (about 3 minutes for d12 B=64 on an H200, less
-#              from the inductor's cache on the same machine), and at d12 B=64 on an H200 the
-#              one without graphs ran 0.8% faster than the default mode (docs/results.md). Its
-#              log shows inductor's "out of resource" rejections of Triton configs: not failures.
+#              and cuBLAS kernels at compile time (about 3-5 minutes a config on an H200, less
+#              from the inductor's cache on the same machine). On an H200 the one without graphs
+#              ran 0.8% faster than the default mode at d12 B=64, and max-autotune 3.4% faster
+#              than reduce-overhead at d12 B=4 (docs/results.md). Their logs show inductor's
+#              "out of resource" rejections of Triton configs: not failures.
 # Step time, both sides: wall clock from the start of a step (after the previous one finished)
 # to its end, synchronized: PyTorch's loop times its whole step (loading the batch, the
 # compiled forward and backward, clipping, AdamW) with perf_counter around torch.cuda.synchronize;
@@ -57,7 +58,7 @@ steps=30
 data=""
 outdir=${OUT:-build/bench}
 backends=""
-modes=default,reduce-overhead,max-autotune-no-cudagraphs
+modes=default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
