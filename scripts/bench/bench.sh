@@ -20,14 +20,16 @@
 # on Hopper), efficient for fp32 (flash and cudnn take only 16-bit inputs). Every row is listed;
 # the fastest is the baseline.
 #   -M MODES   torch.compile modes, comma-separated from default, reduce-overhead, max-autotune,
-#              max-autotune-no-cudagraphs (default: all four).
+#              max-autotune-no-cudagraphs (default: default,reduce-overhead,max-autotune-no-cudagraphs,
+#              and max-autotune too for configs with B <= 16).
 #              reduce-overhead and max-autotune replay the step as CUDA graphs (the fair opponent
 #              at small B, where launch overhead shows); the max-autotune modes also time Triton
 #              and cuBLAS kernels at compile time (about 3-5 minutes a config on an H200, less
 #              from the inductor's cache on the same machine). On an H200 the one without graphs
 #              ran 0.8% faster than the default mode at d12 B=64, and max-autotune 3.4% faster
-#              than reduce-overhead at d12 B=4 (docs/results.md). Their logs show inductor's
-#              "out of resource" rejections of Triton configs: not failures.
+#              than reduce-overhead at d12 B=4; at d12 B=64 max-autotune's one run failed
+#              (docs/results.md), hence the B <= 16 rule. Their logs show inductor's "out of
+#              resource" rejections of Triton configs: not failures.
 # Step time, both sides: wall clock from the start of a step (after the previous one finished)
 # to its end, synchronized: PyTorch's loop times its whole step (loading the batch, the
 # compiled forward and backward, clipping, AdamW) with perf_counter around torch.cuda.synchronize;
@@ -58,7 +60,7 @@ steps=30
 data=""
 outdir=${OUT:-build/bench}
 backends=""
-modes=default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs
+modes=""  # empty: the default list, per config (below)
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
@@ -104,7 +106,7 @@ for m in ${modes//,/ }; do
         ;;
     esac
 done
-[ -n "${modes//,/}" ] || { echo "error: -M needs at least one mode" >&2; exit 2; }
+[ -z "$modes" ] || [ -n "${modes//,/}" ] || { echo "error: -M needs at least one mode" >&2; exit 2; }
 if ! [[ "$gpus" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
     echo "error: -g takes GPU counts, e.g. 2 or 1,2; got '$gpus'" >&2
     exit 2
@@ -212,8 +214,13 @@ for c in "${configs[@]}"; do
     # runs) or "BACKEND+MODE".
     variants=""
     [ $only = 1 ] && list=""
+    config_modes=$modes
+    if [ -z "$config_modes" ]; then
+        config_modes=default,reduce-overhead,max-autotune-no-cudagraphs
+        [ "$B" -le 16 ] && config_modes+=,max-autotune
+    fi
     for b in ${list//,/ }; do
-        for m in ${modes//,/ }; do
+        for m in ${config_modes//,/ }; do
             v=$b
             [ "$m" = default ] || v="$b+$m"
             variants+="${variants:+,}$v"
