@@ -3,7 +3,7 @@
 its command line.
 
 Cases: two kernels in one file (totals, the share of each stall reason, a range's executed
-instructions per pass, the top list in sample order, --kernel); numbers written with thousands
+instructions per pass, the top list in sample order, --kernel, --mix's opcodes); numbers written with thousands
 separators; a file that is not a source page, one without the sampling columns, a --kernel or
 --range out of bounds (each exit 2 with one line on stderr).
 Usage: test_ncu_hotspots.py [WORK_DIR] (default build/testdata/ncu_hotspots). Exit 0 when all
@@ -94,6 +94,14 @@ expect("range with its default name", "range 4:6: %.1f%% of the samples, 8 instr
 top = [l.split()[0] for l in out.split("top 3 instructions")[1].splitlines()[1:4]]
 expect("top list in sample order", top == ["1", "4", "2"], top)
 expect("a kernel without samples says so", "(no samples" in out, "")
+rc, out, err = run(two, "--kernel", "0", "--mix", "3")
+mix = out.split("executed by opcode")[1].splitlines()[:4] if "executed by opcode" in out else []
+expect("--mix: the largest opcodes, ties by name, predicates dropped",
+      rc == 0 and mix[:1] == [" (the 3 largest of 6):"] and
+      [l.split()[:3] for l in mix[1:]] == [["BRA", "16", "26.7%"], ["HGMMA", "16", "26.7%"],
+                                            ["SYNCS", "16", "26.7%"]], mix)
+rc, out, err = run(two, "--mix", "-1")
+expect("--mix negative", rc == 2 and "--mix must be" in err, err.strip())
 rc, out, err = run(two, "--kernel", "1")
 expect("--kernel 1 alone", rc == 0 and out.count("== kernel ") == 1 and "kernel_b" in out, out[:80])
 

@@ -2,7 +2,7 @@
 """ncu_hotspots.py: where a kernel's warps wait, instruction by instruction, from Nsight Compute's
 source page (warp-stall sampling per SASS instruction) written as CSV.
 
-  ncu_hotspots.py SOURCE_CSV [--kernel N] [--top N] [--range A:B[:NAME]]... [--list]
+  ncu_hotspots.py SOURCE_CSV [--kernel N] [--top N] [--range A:B[:NAME]]... [--mix N] [--list]
 
 Make the CSV on the GPU machine (the binaries carry -lineinfo), e.g. for our GELU GEMMs:
 
@@ -19,6 +19,9 @@ warp states over the whole kernel by reason ("selected" is a warp issuing; "disp
 indices, B excluded; --list prints every instruction with its index, to find a loop's bounds)
 adds its share of the samples, its executed instructions, and those per pass: divided by the
 executions of its first instruction, which is once per pass when the range starts a loop body.
+--mix N adds the kernel's executed instructions by opcode (the mnemonic before its first '.',
+predicates dropped), the N largest: how two kernels of one job differ in what they execute (our
+flash forward against cuDNN's, say: profile both, then compare their two lists).
 Exit status 2 on a file that is not such a CSV.
 """
 import argparse
@@ -101,6 +104,27 @@ def parse_range(text):
     return a, b, parts[2] if len(parts) > 2 else "%d:%d" % (a, b)
 
 
+def opcode(text):
+    """The mnemonic of a SASS line: 'FFMA' of 'FFMA R1, ...', 'BRA' of '@!P0 BRA 0x10',
+    'HGMMA' of 'HGMMA.64x128x16.F32.BF16 ...'."""
+    words = text.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def print_mix(ins, executed, n):
+    by_op = {}
+    for x in ins:
+        op = opcode(x[1])
+        by_op[op] = by_op.get(op, 0) + x[3]
+    ranked = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))
+    print("executed by opcode (the %d largest of %d):" % (min(n, len(ranked)), len(ranked)))
+    for op, count in ranked[:n]:
+        share = 100.0 * count / executed if executed else 0.0
+        print("  %-12s %12d %5.1f%%" % (op, count, share))
+
+
 def report(index, kernel, args):
     ins = instructions(kernel)
     total = sum(x[2] for x in ins)
@@ -127,6 +151,8 @@ def report(index, kernel, args):
         per = "%.1f per pass" % (e / first) if first else "first instruction never executed"
         print("range %s: %.1f%% of the samples, %d instructions executed, %s" %
               (name, 100.0 * s / total, e, per))
+    if args.mix:
+        print_mix(ins, executed, args.mix)
     print("top %d instructions by samples (index, share, executions, text, leading reasons):" %
           args.top)
     for x in sorted(ins, key=lambda x: (-x[2], x[0]))[:args.top]:
@@ -148,6 +174,8 @@ def main():
     p.add_argument("--top", type=int, default=20, help="instructions listed (default 20)")
     p.add_argument("--range", action="append", default=[], type=str,
                    help="A:B[:NAME] instruction indices to total (repeatable)")
+    p.add_argument("--mix", type=int, default=0,
+                   help="executed instructions by opcode, the N largest (default 0: none)")
     p.add_argument("--list", action="store_true", help="print every instruction too")
     if sys.argv[1:2] in (["-h"], ["--help"]):
         print(__doc__)
@@ -156,6 +184,8 @@ def main():
     args = p.parse_args()
     if args.top < 0:
         fail("--top must be >= 0")
+    if args.mix < 0:
+        fail("--mix must be >= 0")
     args.range = [parse_range(r) for r in args.range]
     kernels = read_kernels(args.csv)
     if args.kernel is not None:
