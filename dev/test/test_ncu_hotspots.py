@@ -3,8 +3,8 @@
 its command line.
 
 Cases: two kernels in one file (totals, the share of each stall reason, a range's executed
-instructions per pass, the top list in sample order, --kernel, --mix's opcodes); numbers written with thousands
-separators; a file that is not a source page, one without the sampling columns, a --kernel or
+instructions per pass, the top list in sample order, --kernel, --mix's opcodes, also for a
+kernel without samples); numbers written with thousands separators; a file that is not a source page, one without the sampling columns, a --kernel or
 --range out of bounds (each exit 2 with one line on stderr).
 Usage: test_ncu_hotspots.py [WORK_DIR] (default build/testdata/ncu_hotspots). Exit 0 when all
 pass.
@@ -100,6 +100,9 @@ expect("--mix: the largest opcodes, ties by name, predicates dropped",
       rc == 0 and mix[:1] == [" (the 3 largest of 6):"] and
       [l.split()[:3] for l in mix[1:]] == [["BRA", "16", "26.7%"], ["HGMMA", "16", "26.7%"],
                                             ["SYNCS", "16", "26.7%"]], mix)
+rc, out, err = run(two, "--kernel", "1", "--mix", "2")
+expect("--mix for a kernel without samples", rc == 0 and "EXIT" in out and "(no samples" in out,
+      out[-160:])
 rc, out, err = run(two, "--mix", "-1")
 expect("--mix negative", rc == 2 and "--mix must be" in err, err.strip())
 rc, out, err = run(two, "--kernel", "1")

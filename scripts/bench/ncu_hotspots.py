@@ -131,6 +131,8 @@ def report(index, kernel, args):
     executed = sum(x[3] for x in ins)
     print("== kernel %d: %s" % (index, kernel["name"]))
     print("instructions %d, executed %d, stall samples %d" % (len(ins), executed, total))
+    if args.mix:
+        print_mix(ins, executed, args.mix)
     if total == 0:
         print("(no samples: was it profiled with --section WarpStateStats and SourceCounters?)")
         return
@@ -151,8 +153,6 @@ def report(index, kernel, args):
         per = "%.1f per pass" % (e / first) if first else "first instruction never executed"
         print("range %s: %.1f%% of the samples, %d instructions executed, %s" %
               (name, 100.0 * s / total, e, per))
-    if args.mix:
-        print_mix(ins, executed, args.mix)
     print("top %d instructions by samples (index, share, executions, text, leading reasons):" %
           args.top)
     for x in sorted(ins, key=lambda x: (-x[2], x[0]))[:args.top]:
