@@ -60,7 +60,8 @@ steps=30
 data=""
 outdir=${OUT:-build/bench}
 backends=""
-modes=""  # empty: the default list, per config (below)
+modes=""  # without -M: the default list, per config (below)
+modes_given=0
 keep=0
 gpus=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
@@ -71,7 +72,7 @@ while getopts "s:d:o:a:M:g:kh" opt; do
         d) data=$OPTARG ;;
         o) outdir=$OPTARG ;;
         a) backends=$OPTARG ;;
-        M) modes=$OPTARG ;;
+        M) modes=$OPTARG modes_given=1 ;;
         g) gpus=$OPTARG ;;
         k) keep=1 ;;
         h) usage; exit 0 ;;
@@ -106,7 +107,7 @@ for m in ${modes//,/ }; do
         ;;
     esac
 done
-[ -z "$modes" ] || [ -n "${modes//,/}" ] || { echo "error: -M needs at least one mode" >&2; exit 2; }
+[ $modes_given = 0 ] || [ -n "${modes//,/}" ] || { echo "error: -M needs at least one mode" >&2; exit 2; }
 if ! [[ "$gpus" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
     echo "error: -g takes GPU counts, e.g. 2 or 1,2; got '$gpus'" >&2
     exit 2
