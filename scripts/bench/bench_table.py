@@ -236,11 +236,11 @@ def find_run(runs, config, gpus):
 def compile_mode(system):
     """How a PyTorch row's system name says torch.compile ran."""
     if "reduce-overhead" in system:
-        return "mode reduce-overhead, CUDA graphs"
+        return "reduce-overhead mode (CUDA graphs)"
     if "max-autotune-no-cudagraphs" in system:
-        return "mode max-autotune-no-cudagraphs"
+        return "max-autotune-no-cudagraphs mode"
     if "max-autotune" in system:
-        return "mode max-autotune, CUDA graphs"
+        return "max-autotune mode (CUDA graphs)"
     return "default mode"
 
 
@@ -248,13 +248,14 @@ def headline(runs):
     parts = [find_run(runs, c, g) + (label,) for c, g, label in HEADLINE]
     (k0, s0, l0), (k1, s1, l1) = parts
     mk, ms = find_run(runs, *HEADLINE_MULTI)
-    commits = k0[4] if k0[4] == k1[4] else f"{k0[4]} and {k1[4]}"
+    commits = (f"commit {k0[4]}" if k0[4] == k1[4] else
+               f"commits {k0[4]} ({l0}, {k0[3]}) and {k1[4]} ({l1}, {k1[3]})")
     return (f"In bf16 it trains GPT-2 d12 at **{ratio(s0):.3f}x** ({l0}) and **{ratio(s1):.3f}x** "
             f"({l1}) the tokens/s of PyTorch on the same {k0[2]} (scripts/ref/train_gpt2.py with "
             f"fused AdamW and {baseline(s0)['system'].split(', ')[-1]}, torch.compile in its "
-            f"{compile_mode(baseline(s0)['system'])} at {l0} and "
+            f"{compile_mode(baseline(s0)['system'])} at {l0} and its "
             f"{compile_mode(baseline(s1)['system'])} at {l1}, the fastest PyTorch measured; "
-            f"commit {commits}), and at **{ratio(ms):.3f}x** PyTorch DDP on {gpu_words(mk)} "
+            f"{commits}), and at **{ratio(ms):.3f}x** PyTorch DDP on {gpu_words(mk)} "
             f"(commit {mk[4]}).")
 
 
