@@ -173,7 +173,16 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
 // the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
 // every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
 // the first tile, where O and l are still empty).
-template <bool MASK, int NE>
+// With LAZY the running max moves only when the tile's row max exceeds it by more than
+// kLazyRescaleLog2 (FlashAttention-4's conditional rescaling): otherwise m stays, alpha is exactly
+// 1 and the caller skips O's rescale. Exact in real arithmetic (every p and l refer to the same m,
+// and out = O / l, lse = m + log l do not depend on which m that is); p stays <= 2^8, which
+// neither fp32 (l, O) nor bf16 P (relative rounding) minds. Key tiles come from the diagonal
+// down: on random scores the max seldom grows by that much after the first tile, so most tiles
+// skip a thread's 32 multiplies of O and 2 exponentials of alpha (a trained model's large
+// scores on key 0, the last tile, can still move it there).
+constexpr float kLazyRescaleLog2 = 8.0f;
+template <bool MASK, int NE, bool LAZY = false>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float scale_log2, int row_local,
                                              int lane) {
@@ -196,8 +205,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-        const float m_new = fmaxf(m[i], row_max * scale_log2);
-        alpha[i] = fast_exp2(m[i] - m_new);
+        const float m_tile = row_max * scale_log2;
+        float m_new;
+        if constexpr (LAZY) {
+            // m = -inf on the first tile: m_tile (finite there) is taken.
+            m_new = m_tile > m[i] + kLazyRescaleLog2 ? m_tile : m[i];
+            alpha[i] = m_new == m[i] ? 1.0f : fast_exp2(m[i] - m_new);
+        } else {
+            m_new = fmaxf(m[i], m_tile);
+            alpha[i] = fast_exp2(m[i] - m_new);
+        }
         m[i] = m_new;
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -345,8 +362,10 @@ __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int
 
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
-// the pending P V ends the previous query tile, whose m and l the caller keeps).
-template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
+// the pending P V ends the previous query tile, whose m and l the caller keeps). LAZY: the
+// softmax's lazy max (softmax_tile), O rescaled only where one of this thread's rows moved it.
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV,
+          bool LAZY = false>
 __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                           bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -373,12 +392,15 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, 
         c.m[0] = c.m[1] = -INFINITY;
         c.l[0] = c.l[1] = 0.0f;
     }
-    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
+    softmax_tile<FIRST, HALF_S ? 32 : 64, LAZY>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
+                                                c.lane);
     wgmma_wait<0>();
     fence_operands(c.o);
     fence_operands(c.p);
     release(sm.v_empty(pst), c.lane);
-    if constexpr (!FIRST) rescale<HS>(c.o, c.alpha);
+    if constexpr (!FIRST) {
+        if (!LAZY || c.alpha[0] != 1.0f || c.alpha[1] != 1.0f) rescale<HS>(c.o, c.alpha);
+    }
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
@@ -407,9 +429,9 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
 // next tile's Q is loaded during this one), and the output stored once it completes. With
 // HALF_DIAGONAL, warpgroup 0 computes only the first 64 keys of the diagonal tile (its rows are
 // 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
-// S, exponentials and P V there (HALF: this warpgroup does so).
+// S, exponentials and P V there (HALF: this warpgroup does so). LAZY: step_s_pv's.
 template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
-          bool CROSS_TILE>
+          bool CROSS_TILE, bool LAZY>
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
@@ -475,11 +497,11 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
 #pragma unroll 1
         for (int it = 1; it < n; it++) {
             if (HALF && it == 1) {
-                step_s_pv<HS, Smem, PINGPONG, false, false, HALF>(c, sm, kv + it, qs, it == n - 1,
-                                                                  scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, HALF, LAZY>(c, sm, kv + it, qs,
+                                                                        it == n - 1, scale_log2);
             } else {
-                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, kv + it, qs, it == n - 1,
-                                                                   scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, false, LAZY>(c, sm, kv + it, qs,
+                                                                         it == n - 1, scale_log2);
             }
             c.pv = PendingPv{kv + it, t.bh, qb, false, false};
         }
@@ -556,7 +578,7 @@ __device__ __forceinline__ void step_skip(int cw, int lane, const Smem& sm, int 
 }
 
 // One of the three consumer warpgroups (cw = 0, 1, 2: rows 64 cw .. 64 cw + 63 of each tile).
-template <int HS, class Smem, bool PINGPONG>
+template <int HS, class Smem, bool PINGPONG, bool LAZY>
 __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float* __restrict__ lse,
                                   int T, int NH, int row0, const TileSchedule& sched) {
     // The scale as an immediate (one register fewer than a parameter): log2(e) / sqrt(64).
@@ -598,8 +620,8 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
             c.pv = PendingPv{j0, t.bh, qb, true, false};
 #pragma unroll 1
             for (int it = 1; it < n; it++) {
-                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, j0 + it, 0, it == n - 1,
-                                                                   scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, false, LAZY>(c, sm, j0 + it, 0,
+                                                                         it == n - 1, scale_log2);
                 c.pv = PendingPv{j0 + it, t.bh, qb, false, false};
             }
             step_pv<HS, Smem, PINGPONG, false>(c, sm);
@@ -620,7 +642,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE, bool LAZY>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -639,10 +661,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
-            sm, out, lse, T, NH, scale_log2, sched);
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE,
+                         LAZY>(sm, out, lse, T, NH, scale_log2, sched);
     } else {
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE, LAZY>(
             sm, out, lse, T, NH, scale_log2, sched);
     }
 #endif
@@ -656,7 +678,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #endif
 
 // Grid: TileSchedule over 192-row query tiles; kThreads3 threads; HS 64.
-template <int STAGES, bool PINGPONG>
+template <int STAGES, bool PINGPONG, bool LAZY>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
     flash_attention_sm90_forward3_kernel(const __grid_constant__ CUtensorMap q_map,   // 64 rows
                                          const __grid_constant__ CUtensorMap kv_map,  // 128 rows
@@ -675,7 +697,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
         return;
     }
     setmaxnreg_inc<160>();
-    forward3_consumer<64, Smem, PINGPONG>(sm, out, lse, T, NH, row0, sched);
+    forward3_consumer<64, Smem, PINGPONG, LAZY>(sm, out, lse, T, NH, row0, sched);
 #endif
 }
 
@@ -683,11 +705,12 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
 
 // Variants: stages of the K/V ring (0: kDefaultStages of the head size), consumer turns, the
 // half diagonal tile of warpgroup 0, S of the next query tile with the last P V of this one, the
-// block order (-1: pairs where they balance, else one tile per CTA; see "Block order") and the
-// consumer warpgroups. Variant 0 is the default, a choice between two others by the block
-// order; the others stay compiled for dev/bench_attention --variants and are checked by
-// dev/test_flash_attention. The "always pairs" ones run every kernel with several tiles per CTA
-// on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as well).
+// block order (-1: pairs where they balance, else one tile per CTA; see "Block order"), the
+// consumer warpgroups and the lazy running max (softmax_tile). Variant 0 is the default, a choice
+// between two others by the block order; the others stay compiled for dev/bench_attention
+// --variants and are checked by dev/test_flash_attention. The "always pairs" ones run every kernel
+// with several tiles per CTA on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as
+// well).
 struct ForwardVariant {
     int stages;
     bool pingpong, half_diagonal, cross_tile;
@@ -695,6 +718,7 @@ struct ForwardVariant {
     int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
                  // the default's choice (forward_launch)
     const char* name;
+    bool lazy = false;  // the lazy running max (softmax_tile)
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
 // further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
@@ -706,10 +730,12 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-constexpr int kForwardVariants = 13;
+constexpr int kForwardVariants = 16;
 // The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
 // tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
 // they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
+// Variants 13-15 are the same three with the lazy running max (softmax_tile): built, not yet
+// timed on a GPU (docs/perf-log.md), so not the default.
 constexpr int kDefaultPairs = 11, kDefaultTiles = 9, kDefaultHs128 = 12;
 constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, true, -1, 0,
@@ -734,6 +760,9 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, false, -1, 2,
      "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
      "default before 0's choice)"},
+    {0, true, false, true, -1, 2, "as 11 with the lazy max (O rescaled only when it grows)", true},
+    {4, true, false, false, -1, 3, "as 9 with the lazy max (HS 64; else as 15)", true},
+    {0, true, false, false, -1, 2, "as 12 with the lazy max", true},
 };
 
 template <typename Kernel>
@@ -749,7 +778,7 @@ void forward3_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
                      int NH) {
     constexpr ForwardVariant v = kVariants[V];
     constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong>;
+    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong, v.lazy>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap q_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, 64);
@@ -772,8 +801,8 @@ void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
     constexpr int kStages = v.stages > 0 && v.groups == 2 ? v.stages : kDefaultStages<HS>;
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
     constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
-    auto* const kernel =
-        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
+    auto* const kernel = flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong,
+                                                             v.half_diagonal, kCross, v.lazy>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -817,7 +846,7 @@ void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, con
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err = cudaFuncGetAttributes(
-        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;

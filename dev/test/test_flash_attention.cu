@@ -45,9 +45,15 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
+// ramp: keys scaled up toward key 0 (make_reference), so that a row's largest score grows across
+// the key tiles, which the Hopper forward takes from the diagonal down: the lazy running max
+// (flash_attention_sm90.cu, softmax_tile) moves and O is rescaled. With the plain random inputs a
+// row's max after the first tile seldom grows by the 2^8 that moves it.
 struct Shape {
     int B, T, NH, HS;
+    bool ramp = false;
     int C() const { return NH * HS; }
+    const char* kind() const { return ramp ? " ramp" : ""; }
 };
 
 float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -154,6 +160,13 @@ Reference make_reference(const Shape& s, uint64_t seed) {
     // that are neither flat nor one-hot.
     fill_uniform(r.qkv, rng, -2.0f, 2.0f);
     fill_uniform(r.dout, rng, -1.0f, 1.0f);
+    if (s.ramp) {  // k of position t times 1 + 4 (T - 1 - t) / (T - 1): up to 5 at key 0
+        for (size_t bt = 0; bt < BT; bt++) {
+            const int t = (int)(bt % s.T);
+            const float f = 1.0f + 4.0f * (float)(s.T - 1 - t) / (float)std::max(s.T - 1, 1);
+            for (int c = 0; c < C; c++) r.qkv[bt * 3 * C + C + c] *= f;
+        }
+    }
     round_bf16(r.qkv);
     round_bf16(r.dout);
     cpu::attention_forward(r.out.data(), r.lse.data(), r.qkv.data(), s.B, s.T, C, s.NH);
@@ -274,8 +287,8 @@ RunBytes test_variants(const Context& ctx, const Reference& r, DeviceTensors& d,
                                             : "";
     };
     char label[96];
-    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d (%sfwd%d %sdq%d dkdv%d)", s.B, s.T,
-                  s.NH, s.HS, path(v.fwd_path), v.fwd, path(v.bwd_path), v.dq, v.dkdv);
+    std::snprintf(label, sizeof(label), "B=%d T=%d NH=%d HS=%d%s (%sfwd%d %sdq%d dkdv%d)", s.B, s.T,
+                  s.NH, s.HS, s.kind(), path(v.fwd_path), v.fwd, path(v.bwd_path), v.dq, v.dkdv);
 
     const RunBytes first = run_flash(ctx, d, s, v, /*poison_all=*/true, &r.bias_init);
     const size_t BT = (size_t)s.B * s.T;
@@ -364,14 +377,14 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
          v++) {
         const RunBytes run = test_variants(
             ctx, r, d, Variants{0, 0, v, FlashPath::kSm90Fused, FlashPath::kSm90Fused});
-        std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused%d = sm90 dk, dv", s.B,
-                      s.T, s.NH, s.HS, v);
+        std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d%s sm90 fused%d = sm90 dk, dv", s.B,
+                      s.T, s.NH, s.HS, s.kind(), v);
         check_bitwise_equal(name, dkdv_bytes(sm90.dqkv, s), dkdv_bytes(run.dqkv, s));
         if (v == 0) {
             fused = run;
         } else {
-            std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d sm90 fused%d = fused0 dqkv",
-                          s.B, s.T, s.NH, s.HS, v);
+            std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d%s sm90 fused%d = fused0 dqkv",
+                          s.B, s.T, s.NH, s.HS, s.kind(), v);
             check_bitwise_equal(name, fused.dqkv, run.dqkv);
         }
     }
@@ -380,11 +393,11 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
     const RunBytes& expected_fwd = sm90_fwd ? sm90 : mma;
     const bool auto_fused = flash_attention_fused_backward_chosen(ctx, s.B, s.T, s.NH, s.HS);
     const RunBytes& expected_bwd = auto_fused ? fused : sm90_fwd ? sm90 : mma;
-    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s out", s.B, s.T, s.NH, s.HS,
-                  sm90_fwd ? "sm90" : "mma.sync");
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d%s auto = %s out", s.B, s.T, s.NH, s.HS,
+                  s.kind(), sm90_fwd ? "sm90" : "mma.sync");
     check_bitwise_equal(name, expected_fwd.out, autom.out);
-    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d auto = %s dqkv, dbias", s.B, s.T, s.NH,
-                  s.HS,
+    std::snprintf(name, sizeof(name), "B=%d T=%d NH=%d HS=%d%s auto = %s dqkv, dbias", s.B, s.T,
+                  s.NH, s.HS, s.kind(),
                   auto_fused                ? "sm90 fused"
                   : bwd == FlashPath::kSm90 ? "sm90"
                                             : "mma.sync");
@@ -407,8 +420,9 @@ void test_shape(const Context& ctx, const Shape& s, uint64_t seed) {
                                   FlashPath::kSm90};
                 const RunBytes run = test_variants(ctx, r, d, vs);
                 std::snprintf(name, sizeof(name),
-                              "B=%d T=%d NH=%d HS=%d sm90 %s%d = %s0 dqkv, dbias", s.B, s.T, s.NH,
-                              s.HS, pass == 0 ? "dq" : "dkdv", v, pass == 0 ? "dq" : "dkdv");
+                              "B=%d T=%d NH=%d HS=%d%s sm90 %s%d = %s0 dqkv, dbias", s.B, s.T, s.NH,
+                              s.HS, s.kind(), pass == 0 ? "dq" : "dkdv", v,
+                              pass == 0 ? "dq" : "dkdv");
                 check_bitwise_equal(name, sm90.dqkv, run.dqkv);
                 check_bitwise_equal(name, sm90.dbias, run.dbias);
             }
@@ -433,8 +447,16 @@ int main(int argc, char** argv) {
     }
     // Every head size the dispatch covers, T = 1, odd T below, at and above tile multiples.
     const Shape small_shapes[] = {
-        {1, 1, 1, 64},  {2, 17, 3, 16},  {1, 77, 2, 48}, {2, 129, 1, 80},
-        {1, 64, 2, 32}, {1, 33, 1, 112}, {2, 65, 2, 96}, {1, 100, 1, 128},
+        {1, 1, 1, 64},
+        {2, 17, 3, 16},
+        {1, 77, 2, 48},
+        {2, 129, 1, 80},
+        {1, 64, 2, 32},
+        {1, 33, 1, 112},
+        {2, 65, 2, 96},
+        {1, 100, 1, 128},
+        // Three key tiles of scores growing toward key 0 (Shape::ramp).
+        {1, 300, 2, 64, true},
     };
     const Shape large_shapes[] = {
         {4, 1024, 12, 64},  // GPT-2 d12
@@ -446,6 +468,9 @@ int main(int argc, char** argv) {
         // ~200 SMs, so the kernels take the head from the grid's y; every shape above, the head
         // from its x.
         {24, 257, 12, 64},
+        {2, 1024, 3, 64, true},  // scores growing toward key 0 (Shape::ramp)
+        {3, 777, 1, 128, true},
+        {1, 2048, 2, 64, true},
     };
     // The Hopper kernels' head sizes at every T that matters to their tiles (128 rows, or 192
     // placed from the top at a multiple of 64): 1, odd, around 64 and 128, partial last tiles,
