@@ -67,22 +67,17 @@ constexpr int kThreads3 = 512;
 
 // ---- Shared memory ------------------------------------------------------------------------------
 
-// Offsets from the 1024-byte aligned base: QBUF Q tiles of BM rows, the K ring, the V ring, with
-// ONES a block of ones (kBN rows of 64 bf16 ones: the extra columns of P V that give the row
-// sums, "Row sums by the tensor cores" below), the mbarriers. BM / 64 consumer warpgroups share a
-// Q tile.
-template <int HS, int STAGES, int QBUF, int BM = kBM, bool ONES = false>
+// Offsets from the 1024-byte aligned base: QBUF Q tiles of BM rows, the K ring, the V ring, the
+// mbarriers. BM / 64 consumer warpgroups share a Q tile.
+template <int HS, int STAGES, int QBUF, int BM = kBM>
 struct ForwardSmem {
     static constexpr int kStages = STAGES, kQBuf = QBUF, kRows = BM, kGroups = BM / 64;
-    static constexpr bool kOnes = ONES;
     static constexpr uint32_t kQBytes = BM * HS * 2;
     static constexpr uint32_t kKvBytes = kBN * HS * 2;
-    static constexpr uint32_t kOnesBytes = ONES ? kBN * sm90::kRowBytes : 0;
     static constexpr uint32_t kQ = 0;
     static constexpr uint32_t kK = kQ + QBUF * kQBytes;
     static constexpr uint32_t kV = kK + STAGES * kKvBytes;
-    static constexpr uint32_t kOnesAt = kV + STAGES * kKvBytes;
-    static constexpr uint32_t kBars = kOnesAt + kOnesBytes;
+    static constexpr uint32_t kBars = kV + STAGES * kKvBytes;
     static constexpr int kNumBars = 2 * QBUF + 4 * STAGES;
     // + 1024: the dynamic shared memory base is only guaranteed 16-byte alignment.
     static constexpr size_t kDynamicBytes = kBars + kNumBars * 8 + 1024;
@@ -95,7 +90,6 @@ struct ForwardSmem {
     __device__ uint32_t q(int i) const { return base + kQ + i * kQBytes; }
     __device__ uint32_t k(int s) const { return base + kK + s * kKvBytes; }
     __device__ uint32_t v(int s) const { return base + kV + s * kKvBytes; }
-    __device__ uint32_t ones() const { return base + kOnesAt; }
     __device__ uint32_t bar(int i) const { return base + kBars + 8 * i; }
     __device__ uint32_t q_full(int i) const { return bar(i); }
     __device__ uint32_t q_empty(int i) const { return bar(QBUF + i); }
@@ -132,19 +126,6 @@ __device__ __forceinline__ void init_barriers(const Smem& sm, int consumer_warps
         }
         fence_barrier_init();
     }
-}
-
-// The block of ones of a ForwardSmem with ONES (bf16 1.0 in every element, so the swizzle does
-// not matter), by all threads of the CTA before the __syncthreads that follows; the fence makes
-// the stores visible to wgmma's reads (the async proxy).
-template <class Smem>
-__device__ __forceinline__ void fill_ones(const Smem& sm) {
-    for (uint32_t at = 16 * threadIdx.x; at < Smem::kOnesBytes; at += 16 * blockDim.x) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(sm.ones() + at),
-                     "r"(0x3F803F80u)
-                     : "memory");
-    }
-    fence_proxy_async_shared();
 }
 
 // K and V of key tiles kb_top .. 0 of head h of batch b into the ring from position kv on (the
@@ -192,18 +173,7 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
 // the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
 // every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
 // the first tile, where O and l are still empty).
-// With LAZY the running max moves only when the tile's row max exceeds it by more than
-// kLazyRescaleLog2 (FlashAttention-4's conditional rescaling): otherwise m stays, alpha is exactly
-// 1 and the caller skips O's rescale. Exact in real arithmetic (every p and l refer to the same m,
-// and out = O / l, lse = m + log l do not depend on which m that is); p stays <= 2^8, which
-// neither fp32 (l, O) nor bf16 P (relative rounding) minds. Key tiles come from the diagonal
-// down: on random scores the max seldom grows by that much after the first tile, so most tiles
-// skip a thread's 32 multiplies of O and 2 exponentials of alpha (a trained model's large
-// scores on key 0, the last tile, can still move it there).
-// Without SUM the row sums are left to the tensor cores (P V's column of ones, "Row sums by the
-// tensor cores"): l is not touched.
-constexpr float kLazyRescaleLog2 = 8.0f;
-template <bool MASK, int NE, bool LAZY = false, bool SUM = true>
+template <bool MASK, int NE>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float scale_log2, int row_local,
                                              int lane) {
@@ -226,16 +196,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-        const float m_tile = row_max * scale_log2;
-        float m_new;
-        if constexpr (LAZY) {
-            // m = -inf on the first tile: m_tile (finite there) is taken.
-            m_new = m_tile > m[i] + kLazyRescaleLog2 ? m_tile : m[i];
-            alpha[i] = m_new == m[i] ? 1.0f : fast_exp2(m[i] - m_new);
-        } else {
-            m_new = fmaxf(m[i], m_tile);
-            alpha[i] = fast_exp2(m[i] - m_new);
-        }
+        const float m_new = fmaxf(m[i], row_max * scale_log2);
+        alpha[i] = fast_exp2(m[i] - m_new);
         m[i] = m_new;
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -244,18 +206,17 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
                 x = fast_exp2(fmaf(x, scale_log2, -m_new));
-                if constexpr (SUM) sum[j % 4] += x;
+                sum[j % 4] += x;
             }
         }
-        if constexpr (SUM) l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+        l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
 }
 
-// O (and with ONES its row-sum columns, which follow the same fragment pattern) times alpha.
-template <int NO>
-__device__ __forceinline__ void rescale(float (&o)[NO], const float (&alpha)[2]) {
+template <int HS>
+__device__ __forceinline__ void rescale(float (&o)[HS / 2], const float (&alpha)[2]) {
 #pragma unroll
-    for (int e = 0; e < NO; e++) o[e] *= alpha[(e / 2) % 2];
+    for (int e = 0; e < HS / 2; e++) o[e] *= alpha[(e / 2) % 2];
 }
 
 // P of the first 2 * NE keys as bf16 A fragments (registers 0 .. NE / 2 - 1 of p).
@@ -278,28 +239,11 @@ __device__ __forceinline__ void issue_s(float (&s)[64], uint32_t q_tile, int q_r
     }
 }
 
-// Row sums by the tensor cores (ONES, HS 64). At HS 64 a consumer warp's softmax, not the tensor
-// cores, sets the pace of a key tile, and 64 of its instructions a tile are the FADDs of the row
-// sums. With P V as m64n72k16 instead of m64n64k16, over V's 64 columns and 8 columns of ones
-// (a 16 KB block of bf16 ones in shared memory that the descriptor reaches as V's "next" 64-column
-// block), O's 8 extra columns are each row's sum of P: the same bf16 P that O sums, added in fp32
-// by the tensor cores, rescaled with O by alpha, and whole rows in every thread (no shuffles at
-// the end). It costs 12.5% more P V work (6% of the tile's) and 4 registers, and saves the FADDs
-// and l's update. The sums are of P rounded to bf16 (as O's are) where the FADDs sum it in fp32:
-// out = O / l normalizes exactly the weights O used, and lse moves by at most a few 2^-9.
-// O (+)= P V over the first 64 keys of a V tile with HALF, else all 128. With ONES (HS 64), O has
-// 8 more columns, P times the block of ones at `ones`: each row's sum of P.
-template <int HS, bool HALF, bool ONES, int NO>
-__device__ __forceinline__ void issue_pv(float (&o)[NO], const uint32_t (&p)[32], uint32_t v_tile,
-                                         uint32_t ones, bool accumulate) {
-    if constexpr (ONES) {
-        static_assert(HS == 64 && NO == 36, "row sums by P V at HS 64");
-#pragma unroll
-        for (int ks = 0; ks < (HALF ? kBN / 32 : kBN / 16); ks++) {
-            wgmma_rs<72, 1>(o, &p[4 * ks], mnmajor_desc_split(v_tile, ones, ks),
-                            accumulate || ks > 0);
-        }
-    } else if constexpr (HALF) {
+// O (+)= P V over the first 64 keys of a V tile with HALF, else all 128.
+template <int HS, bool HALF>
+__device__ __forceinline__ void issue_pv(float (&o)[HS / 2], const uint32_t (&p)[32],
+                                         uint32_t v_tile, bool accumulate) {
+    if constexpr (HALF) {
         gemm_rs_mnmajor<HS, kBN / 32>(o, reinterpret_cast<const uint32_t(&)[16]>(p), v_tile, kBN,
                                       accumulate);
     } else {
@@ -322,19 +266,14 @@ __device__ __forceinline__ void turn_end(int cw) {
 }
 
 // lse of this thread's 2 rows (row + 8 i) of head bh = m + log l (natural log; rows >= T
-// skipped), and 1 / l in inv (the output's scale). l: this thread's partial sums (its columns,
-// added over the 4 threads of a row), or with FULL the whole rows' sums.
-template <bool FULL = false>
+// skipped), and 1 / l in inv (the output's scale).
 __device__ __forceinline__ void finish_rows(float* __restrict__ lse, float (&inv)[2],
                                             const float (&m)[2], const float (&l)[2], int row,
                                             int T, int bh, int lane) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        float sum = l[i];
-        if constexpr (!FULL) {
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        }
+        float sum = l[i] + __shfl_xor_sync(0xffffffffu, l[i], 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         inv[i] = 1.0f / sum;
         const int r = row + 8 * i;
         if (r < T && lane % 4 == 0) lse[(long long)bh * T + r] = (m[i] + log2f(sum)) * kLn2;
@@ -343,8 +282,8 @@ __device__ __forceinline__ void finish_rows(float* __restrict__ lse, float (&inv
 
 // out rows of this thread's 2 rows (row + 8 i) of head bh: O * inv rounded to bf16; rows >= T
 // skipped.
-template <int HS, int NO>
-__device__ __forceinline__ void store_rows(bf16* __restrict__ out, const float (&o)[NO],
+template <int HS>
+__device__ __forceinline__ void store_rows(bf16* __restrict__ out, const float (&o)[HS / 2],
                                            const float (&inv)[2], int row, int T, int bh, int NH,
                                            int lane) {
     const int C = NH * HS;
@@ -369,23 +308,13 @@ struct PendingPv {
     bool first, half;
 };
 
-// A consumer warpgroup's registers and where it stands. With ONES, O's registers 32 and 34 end
-// in the row sums (l unused): "Row sums by the tensor cores".
-template <int HS, bool ONES = false>
+// A consumer warpgroup's registers and where it stands.
+template <int HS>
 struct ConsumerState {
-    static constexpr int kO = HS / 2 + (ONES ? 4 : 0);
-    float s[64], o[kO], m[2], l[2], alpha[2];
+    float s[64], o[HS / 2], m[2], l[2], alpha[2];
     uint32_t p[32];
     PendingPv pv;
     int cw, lane, row_local;
-    // The row sums l of the finished tile: l, or with ONES, O's extra columns.
-    __device__ __forceinline__ void sums(float (&out)[2]) const {
-        if constexpr (ONES) {
-            out[0] = o[HS / 2], out[1] = o[HS / 2 + 2];
-        } else {
-            out[0] = l[0], out[1] = l[1];
-        }
-    }
 };
 
 // The steps of a consumer warpgroup below each issue their wgmmas in one turn and wait for all
@@ -393,8 +322,8 @@ struct ConsumerState {
 
 // S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
 template <int HS, class Smem, bool PINGPONG, bool HALF_S>
-__device__ __forceinline__ void step_s(ConsumerState<HS, Smem::kOnes>& c, const Smem& sm, int j,
-                                       int qs, bool last_s, float scale_log2) {
+__device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
+                                       bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
     const int st = j % STAGES;
     mbar_wait_warp(sm.k_full(st), (j / STAGES) & 1);
@@ -410,19 +339,16 @@ __device__ __forceinline__ void step_s(ConsumerState<HS, Smem::kOnes>& c, const 
     if (last_s) release(sm.q_empty(qs), c.lane);
     c.m[0] = c.m[1] = -INFINITY;
     c.l[0] = c.l[1] = 0.0f;
-    softmax_tile<true, HALF_S ? 32 : 64, false, !Smem::kOnes>(c.s, c.m, c.l, c.alpha, scale_log2,
-                                                              c.row_local, c.lane);
+    softmax_tile<true, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
-// the pending P V ends the previous query tile, whose m and l the caller keeps). LAZY: the
-// softmax's lazy max (softmax_tile), O rescaled only where one of this thread's rows moved it.
-template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV,
-          bool LAZY = false>
-__device__ __forceinline__ void step_s_pv(ConsumerState<HS, Smem::kOnes>& c, const Smem& sm, int j,
-                                          int qs, bool last_s, float scale_log2) {
+// the pending P V ends the previous query tile, whose m and l the caller keeps).
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
+__device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
+                                          bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
     const int st = j % STAGES, pst = c.pv.j % STAGES;
     // V of the pending tile was loaded before K of this one: waiting for both first costs
@@ -436,7 +362,7 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS, Smem::kOnes>& c, con
     wgmma_fence();
     issue_s<HS, HALF_S, Smem::kRows>(c.s, sm.q(qs), 64 * c.cw, sm.k(st));
     wgmma_commit();
-    issue_pv<HS, HALF_PV, Smem::kOnes>(c.o, c.p, sm.v(pst), sm.ones(), !c.pv.first);
+    issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
     wgmma_commit();
     turn_end<PINGPONG, Smem::kGroups>(c.cw);
     wgmma_wait<1>();  // S done, P V may still run
@@ -447,21 +373,18 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS, Smem::kOnes>& c, con
         c.m[0] = c.m[1] = -INFINITY;
         c.l[0] = c.l[1] = 0.0f;
     }
-    softmax_tile<FIRST, HALF_S ? 32 : 64, LAZY, !Smem::kOnes>(c.s, c.m, c.l, c.alpha, scale_log2,
-                                                              c.row_local, c.lane);
+    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     wgmma_wait<0>();
     fence_operands(c.o);
     fence_operands(c.p);
     release(sm.v_empty(pst), c.lane);
-    if constexpr (!FIRST) {
-        if (!LAZY || c.alpha[0] != 1.0f || c.alpha[1] != 1.0f) rescale(c.o, c.alpha);
-    }
+    if constexpr (!FIRST) rescale<HS>(c.o, c.alpha);
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
 // The pending P V alone (HALF_PV: over 64 keys); O is then complete.
 template <int HS, class Smem, bool PINGPONG, bool HALF_PV>
-__device__ __forceinline__ void step_pv(ConsumerState<HS, Smem::kOnes>& c, const Smem& sm) {
+__device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
     constexpr int STAGES = Smem::kStages;
     const int pst = c.pv.j % STAGES;
     mbar_wait_warp(sm.v_full(pst), (c.pv.j / STAGES) & 1);
@@ -469,7 +392,7 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS, Smem::kOnes>& c, const
     fence_operands(c.o);
     fence_operands(c.p);
     wgmma_fence();
-    issue_pv<HS, HALF_PV, Smem::kOnes>(c.o, c.p, sm.v(pst), sm.ones(), !c.pv.first);
+    issue_pv<HS, HALF_PV>(c.o, c.p, sm.v(pst), !c.pv.first);
     wgmma_commit();
     turn_end<PINGPONG, Smem::kGroups>(c.cw);
     wgmma_wait<0>();
@@ -484,15 +407,14 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS, Smem::kOnes>& c, const
 // next tile's Q is loaded during this one), and the output stored once it completes. With
 // HALF_DIAGONAL, warpgroup 0 computes only the first 64 keys of the diagonal tile (its rows are
 // 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
-// S, exponentials and P V there (HALF: this warpgroup does so). LAZY: step_s_pv's. ONES: the
-// row sums by P V ("Row sums by the tensor cores").
+// S, exponentials and P V there (HALF: this warpgroup does so).
 template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
-          bool CROSS_TILE, bool LAZY, bool ONES>
-__device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF, kBM, ONES>& sm,
-                                 bf16* __restrict__ out, float* __restrict__ lse, int T, int NH,
-                                 float scale_log2, const TileSchedule& sched) {
-    using Smem = ForwardSmem<HS, STAGES, QBUF, kBM, ONES>;
-    ConsumerState<HS, ONES> c;
+          bool CROSS_TILE>
+__device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
+                                 float* __restrict__ lse, int T, int NH, float scale_log2,
+                                 const TileSchedule& sched) {
+    using Smem = ForwardSmem<HS, STAGES, QBUF>;
+    ConsumerState<HS> c;
     const int wt = threadIdx.x % 128;
     c.cw = threadIdx.x / 128 - 1;
     c.lane = wt % 32;
@@ -502,18 +424,15 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF, kBM, ONES>&
 #pragma unroll
     for (int e = 0; e < 64; e++) c.s[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < c.kO; e++) c.o[e] = 0.0f;
+    for (int e = 0; e < HS / 2; e++) c.o[e] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 32; e++) c.p[e] = 0u;
     c.m[0] = c.m[1] = c.l[0] = c.l[1] = 0.0f;
     c.pv = PendingPv{0, 0, 0, false, false};
     if (PINGPONG && c.cw == 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);  // 0 first
-    // lse of the pending P V's query tile from its running max m and its row sums (with ONES,
-    // once its last P V is complete), its output once O is complete.
-    auto finish = [&](float(&inv)[2], const float(&m)[2]) {
-        float l[2];
-        c.sums(l);
-        finish_rows<ONES>(lse, inv, m, l, c.pv.qb * kBM + c.row_local, T, c.pv.bh, c.lane);
+    // lse of the pending P V's query tile now, its output once O is complete.
+    auto finish = [&](float(&inv)[2]) {
+        finish_rows(lse, inv, c.m, c.l, c.pv.qb * kBM + c.row_local, T, c.pv.bh, c.lane);
     };
     auto store = [&](const float(&inv)[2]) {
         store_rows<HS>(out, c.o, inv, c.pv.qb * kBM + c.row_local, T, c.pv.bh, NH, c.lane);
@@ -525,7 +444,7 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF, kBM, ONES>&
             step_pv<HS, Smem, PINGPONG, false>(c, sm);
         }
         float inv[2];
-        finish(inv, c.m);
+        finish(inv);
         store(inv);
     };
     bool pending = false;  // a P V is still to issue (across query tiles: CROSS_TILE)
@@ -543,16 +462,9 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF, kBM, ONES>&
             drain();
             pending = false;
         }
-        if (CROSS_TILE && pending && ONES) {
-            // The previous tile's row sums are complete only with its last P V, in the step.
-            const float m_prev[2] = {c.m[0], c.m[1]};
-            step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
-            float inv[2];
-            finish(inv, m_prev);
-            store(inv);
-        } else if (CROSS_TILE && pending) {
+        if (CROSS_TILE && pending) {
             float inv[2];  // of the previous tile, whose m and l the step replaces
-            finish(inv, c.m);
+            finish(inv);
             step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
             store(inv);
         } else {
@@ -563,11 +475,11 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF, kBM, ONES>&
 #pragma unroll 1
         for (int it = 1; it < n; it++) {
             if (HALF && it == 1) {
-                step_s_pv<HS, Smem, PINGPONG, false, false, HALF, LAZY>(c, sm, kv + it, qs,
-                                                                        it == n - 1, scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, HALF>(c, sm, kv + it, qs, it == n - 1,
+                                                                  scale_log2);
             } else {
-                step_s_pv<HS, Smem, PINGPONG, false, false, false, LAZY>(c, sm, kv + it, qs,
-                                                                         it == n - 1, scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, kv + it, qs, it == n - 1,
+                                                                   scale_log2);
             }
             c.pv = PendingPv{kv + it, t.bh, qb, false, false};
         }
@@ -644,13 +556,13 @@ __device__ __forceinline__ void step_skip(int cw, int lane, const Smem& sm, int 
 }
 
 // One of the three consumer warpgroups (cw = 0, 1, 2: rows 64 cw .. 64 cw + 63 of each tile).
-template <int HS, class Smem, bool PINGPONG, bool LAZY>
+template <int HS, class Smem, bool PINGPONG>
 __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float* __restrict__ lse,
                                   int T, int NH, int row0, const TileSchedule& sched) {
     // The scale as an immediate (one register fewer than a parameter): log2(e) / sqrt(64).
     constexpr float scale_log2 = kLog2e * 0.125f;
     static_assert(HS == 64, "the three-warpgroup kernel is for HS 64");
-    ConsumerState<HS, Smem::kOnes> c;
+    ConsumerState<HS> c;
     const int wt = threadIdx.x % 128;
     c.cw = threadIdx.x / 128 - 1;
     c.lane = wt % 32;
@@ -659,7 +571,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #pragma unroll
     for (int e = 0; e < 64; e++) c.s[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < c.kO; e++) c.o[e] = 0.0f;
+    for (int e = 0; e < HS / 2; e++) c.o[e] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 32; e++) c.p[e] = 0u;
     c.m[0] = c.m[1] = c.l[0] = c.l[1] = 0.0f;
@@ -686,15 +598,14 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
             c.pv = PendingPv{j0, t.bh, qb, true, false};
 #pragma unroll 1
             for (int it = 1; it < n; it++) {
-                step_s_pv<HS, Smem, PINGPONG, false, false, false, LAZY>(c, sm, j0 + it, 0,
-                                                                         it == n - 1, scale_log2);
+                step_s_pv<HS, Smem, PINGPONG, false, false, false>(c, sm, j0 + it, 0, it == n - 1,
+                                                                   scale_log2);
                 c.pv = PendingPv{j0 + it, t.bh, qb, false, false};
             }
             step_pv<HS, Smem, PINGPONG, false>(c, sm);
-            float inv[2], l[2];
-            c.sums(l);
+            float inv[2];
             const int row = 64 * a + row_in_group();
-            finish_rows<Smem::kOnes>(lse, inv, c.m, l, row, T, t.bh, c.lane);
+            finish_rows(lse, inv, c.m, c.l, row, T, t.bh, c.lane);
             store_rows<HS>(out, c.o, inv, row, T, t.bh, NH, c.lane);
         } else {
             turn_begin<PINGPONG, 3>(c.cw);  // the turn of the P V drain
@@ -709,8 +620,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE, bool LAZY,
-          bool ONES>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -719,9 +629,8 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #ifdef LLMC_SM90A_DEVICE
     constexpr int kQBuf = CROSS_TILE ? 2 : 1;
     extern __shared__ unsigned char smem_raw[];
-    const ForwardSmem<HS, STAGES, kQBuf, kBM, ONES> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+    const ForwardSmem<HS, STAGES, kQBuf> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
     init_barriers(sm, kConsumerWarps);
-    if constexpr (ONES) fill_ones(sm);
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<40>();
@@ -730,10 +639,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE,
-                         LAZY, ONES>(sm, out, lse, T, NH, scale_log2, sched);
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
+            sm, out, lse, T, NH, scale_log2, sched);
     } else {
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE, LAZY, ONES>(
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
             sm, out, lse, T, NH, scale_log2, sched);
     }
 #endif
@@ -747,7 +656,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #endif
 
 // Grid: TileSchedule over 192-row query tiles; kThreads3 threads; HS 64.
-template <int STAGES, bool PINGPONG, bool LAZY, bool ONES>
+template <int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
     flash_attention_sm90_forward3_kernel(const __grid_constant__ CUtensorMap q_map,   // 64 rows
                                          const __grid_constant__ CUtensorMap kv_map,  // 128 rows
@@ -755,11 +664,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
                                          float* __restrict__ lse,                     // (B, NH, T)
                                          int T, int NH, int row0, TileSchedule sched) {
 #ifdef LLMC_SM90A_DEVICE
-    using Smem = ForwardSmem<64, STAGES, 1, kBM3, ONES>;
+    using Smem = ForwardSmem<64, STAGES, 1, kBM3>;
     extern __shared__ unsigned char smem_raw[];
     const Smem sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
     init_barriers(sm, kConsumerWarps3);
-    if constexpr (ONES) fill_ones(sm);
     __syncthreads();
     if (threadIdx.x < 128) {
         setmaxnreg_dec<32>();
@@ -767,7 +675,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
         return;
     }
     setmaxnreg_inc<160>();
-    forward3_consumer<64, Smem, PINGPONG, LAZY>(sm, out, lse, T, NH, row0, sched);
+    forward3_consumer<64, Smem, PINGPONG>(sm, out, lse, T, NH, row0, sched);
 #endif
 }
 
@@ -775,12 +683,11 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
 
 // Variants: stages of the K/V ring (0: kDefaultStages of the head size), consumer turns, the
 // half diagonal tile of warpgroup 0, S of the next query tile with the last P V of this one, the
-// block order (-1: pairs where they balance, else one tile per CTA; see "Block order"), the
-// consumer warpgroups and the lazy running max (softmax_tile). Variant 0 is the default, a choice
-// between two others by the block order; the others stay compiled for dev/bench_attention
-// --variants and are checked by dev/test_flash_attention. The "always pairs" ones run every kernel
-// with several tiles per CTA on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as
-// well).
+// block order (-1: pairs where they balance, else one tile per CTA; see "Block order") and the
+// consumer warpgroups. Variant 0 is the default, a choice between two others by the block
+// order; the others stay compiled for dev/bench_attention --variants and are checked by
+// dev/test_flash_attention. The "always pairs" ones run every kernel with several tiles per CTA
+// on the test's small grids too (at B=64 T=1024 NH=12, -1 takes pairs as well).
 struct ForwardVariant {
     int stages;
     bool pingpong, half_diagonal, cross_tile;
@@ -788,8 +695,6 @@ struct ForwardVariant {
     int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
                  // the default's choice (forward_launch)
     const char* name;
-    bool lazy = false;  // the lazy running max (softmax_tile)
-    bool ones = false;  // the row sums by P V (HS 64; "Row sums by the tensor cores")
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
 // further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
@@ -801,17 +706,10 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-// The block of ones sits one leading byte offset from V's first 64 columns; at HS = 128 that is
-// V's second block, so the row sums by P V are for HS = 64 (at 128 those variants run without).
-template <int HS>
-constexpr bool kOnesHeadSize = HS == 64;
-constexpr int kForwardVariants = 20;
+constexpr int kForwardVariants = 13;
 // The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
 // tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
 // they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
-// Variants 13-15 are the same three with the lazy running max (softmax_tile), 16-17 the first two
-// with the row sums by P V ("Row sums by the tensor cores"), 18-19 with both: built, not yet
-// timed on a GPU (docs/perf-log.md), so not the default.
 constexpr int kDefaultPairs = 11, kDefaultTiles = 9, kDefaultHs128 = 12;
 constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, true, -1, 0,
@@ -836,15 +734,6 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, false, -1, 2,
      "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
      "default before 0's choice)"},
-    {0, true, false, true, -1, 2, "as 11 with the lazy max (O rescaled only when it grows)", true},
-    {4, true, false, false, -1, 3, "as 9 with the lazy max (HS 64; else as 15)", true},
-    {0, true, false, false, -1, 2, "as 12 with the lazy max", true},
-    {0, true, false, true, -1, 2, "as 11 with the row sums by P V (HS 64)", false, true},
-    {4, true, false, false, -1, 3, "as 9 with the row sums by P V (HS 64; else as 12)", false,
-     true},
-    {0, true, false, true, -1, 2, "as 13 with the row sums by P V (HS 64)", true, true},
-    {4, true, false, false, -1, 3, "as 14 with the row sums by P V (HS 64; else as 15)", true,
-     true},
 };
 
 template <typename Kernel>
@@ -859,8 +748,8 @@ template <int V>
 void forward3_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv, int B, int T,
                      int NH) {
     constexpr ForwardVariant v = kVariants[V];
-    constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3, v.ones>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong, v.lazy, v.ones>;
+    constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3>::kDynamicBytes;
+    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap q_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, 64);
@@ -882,11 +771,9 @@ void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
     constexpr ForwardVariant v = kVariants[V];
     constexpr int kStages = v.stages > 0 && v.groups == 2 ? v.stages : kDefaultStages<HS>;
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
-    constexpr bool kOnes = v.ones && kOnesHeadSize<HS>;
-    constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1, kBM, kOnes > ::kDynamicBytes;
+    constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
     auto* const kernel =
-        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross,
-                                            v.lazy, kOnes>;
+        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -930,7 +817,7 @@ void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, con
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err = cudaFuncGetAttributes(
-        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false, false, false>);
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;

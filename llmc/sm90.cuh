@@ -246,11 +246,6 @@ __device__ __forceinline__ uint64_t kmajor_desc(uint32_t tile, int rows, int row
 __device__ __forceinline__ uint64_t mnmajor_desc(uint32_t tile, int rows, int ks) {
     return sw128_desc(tile + 16 * ks * kRowBytes, rows * kRowBytes, kSwizzleAtom);
 }
-// The same with the second 64-column block at `second` instead (a block of the same layout
-// elsewhere in shared memory, above the tile: the leading byte offset is unsigned).
-__device__ __forceinline__ uint64_t mnmajor_desc_split(uint32_t tile, uint32_t second, int ks) {
-    return sw128_desc(tile + 16 * ks * kRowBytes, second - tile, kSwizzleAtom);
-}
 
 // Orders this warpgroup's register accesses before the wgmma ops that follow (needed before the
 // first wgmma and whenever accumulator or A-fragment registers were touched in between).
@@ -376,25 +371,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
-// N = 72: 64 columns of one block and 8 of the next (e.g. P V with a column of ones beside V).
-template <int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n72k16_rs(float (&d)[36], const uint32_t* a,
-                                                   uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-        "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35"
-        "}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
-}
-
 template <int N, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int scale_d) {
@@ -409,11 +385,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 template <int N, int TRANS_B>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t* a, uint64_t desc_b,
                                          int scale_d) {
-    static_assert(N == 64 || N == 72 || N == 128, "wgmma_rs: N is 64, 72 or 128");
+    static_assert(N == 64 || N == 128, "wgmma_rs: N is 64 or 128");
     if constexpr (N == 64) {
         wgmma_m64n64k16_rs<TRANS_B>(d, a, desc_b, scale_d);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k16_rs<TRANS_B>(d, a, desc_b, scale_d);
     } else {
         wgmma_m64n128k16_rs<TRANS_B>(d, a, desc_b, scale_d);
     }

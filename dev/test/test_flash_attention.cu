@@ -45,10 +45,10 @@ namespace {
 
 typedef __nv_bfloat16 bf16;
 
-// ramp: keys scaled up toward key 0 (make_reference), so that a row's largest score grows across
-// the key tiles, which the Hopper forward takes from the diagonal down: the lazy running max
-// (flash_attention_sm90.cu, softmax_tile) moves and O is rescaled. With the plain random inputs a
-// row's max after the first tile seldom grows by the 2^8 that moves it.
+// ramp: keys scaled up toward key 0 (make_reference), so that a row's largest score grows by
+// about 15 (log2 units) across the key tiles, which the Hopper forward takes from the diagonal
+// down: every tile moves the running max and rescales O by a factor far from 1 (with the plain
+// random inputs a row's max seldom grows much after the first tile).
 struct Shape {
     int B, T, NH, HS;
     bool ramp = false;
