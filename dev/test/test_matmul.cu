@@ -567,9 +567,10 @@ void run_all(Context* ctx, bool tf32) {
 
 int main() {
     skip_if_no_device();
-    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply), then 0 (cuBLASLt's
-    // epilogues): the default, 1, takes one of each. The fp32 build has cuBLASLt's only.
-    for (int gelu_gemm : {2, 0}) {
+    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply), 3 (the same, the forward's
+    // outputs by TMA stores), then 0 (cuBLASLt's epilogues): 1 takes one of each. The fp32
+    // build has cuBLASLt's only.
+    for (int gelu_gemm : {2, 3, 0}) {
         if (gelu_gemm == 0 && sizeof(floatX) == 4) break;
         Context ctx;
         context_init(&ctx, 0, /*tf32=*/false);
