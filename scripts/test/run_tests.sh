@@ -39,6 +39,8 @@ run launch_checks bash dev/test/test_launch.sh
 run launcher_checks bash dev/test/test_launchers.sh build/host/dev/test/test_multi_gpu_host
 # scripts/run/run_gpt2_<size>.sh with a stand-in trainer: options, missing shards, retries.
 run run_scripts bash dev/test/test_run_scripts.sh
+# scripts/bench/compare_binaries.sh with a stand-in trainer: its table, -O / -N, refusals.
+run compare_binaries bash dev/test/test_compare_binaries.sh
 # The Makefile by dry runs: the default goal, GPU_ARCH checks, spill flags, header dependencies.
 run makefile_checks bash dev/test/test_makefile.sh
 run format_check make --no-print-directory format-check
