@@ -8,13 +8,8 @@
 # Exits 1 on any failure.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-ok=0 bad=0
-check() {  # check NAME CONDITION...: the condition is a command
-    local name=$1; shift
-    if "$@"; then echo "ok   $name"; ok=$((ok + 1)); else echo "FAIL $name"; bad=$((bad + 1)); fi
-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=dev/test/check_cmd.sh
+. dev/test/check_cmd.sh  # check NAME CONDITION..., the counts ok and bad, the scratch dir tmp
 touch "$tmp/x_train_000001.bin"
 cat >"$tmp/fake_trainer" <<'FAKE'
 #!/usr/bin/env bash
