@@ -213,6 +213,83 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
     }
 }
 
+// The diagonal tile's softmax with the mask known at compile time for one warp: G0 = its first
+// row / 8 within the tile (8 cw + 2 w for warp w of consumer warpgroup cw). Its 16 rows see all
+// keys of 8-key groups < G0, part of groups G0 and G0 + 1 (compared per element) and none of the
+// groups after, whose exponentials, maxima and sums are skipped and whose p is 0. The same bits
+// as softmax_tile<true, NE>: a skipped element is exp2(-inf) = +0 there, which leaves each
+// partial max and sum chain as it was.
+template <int NE, int G0>
+__device__ __forceinline__ void softmax_diagonal_warp(float (&s)[64], float (&m)[2], float (&l)[2],
+                                                      float (&alpha)[2], float scale_log2,
+                                                      int lane) {
+    constexpr int kLast = G0 + 1 < NE / 4 - 1 ? G0 + 1 : NE / 4 - 1;  // last group with a key
+    // key > row, with key = 8 (e / 4) + 2 (lane % 4) + e % 2 and row = 8 G0 + lane / 4 + 8 ((e /
+    // 2) % 2): a compile-time constant against t.
+    const int t = lane / 4 - 2 * (lane % 4);
+#pragma unroll
+    for (int e = 4 * G0; e < 4 * (kLast + 1); e++) {
+        if (8 * (e / 4 - G0) + e % 2 - 8 * ((e / 2) % 2) > t) s[e] = -INFINITY;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j <= kLast; j++) {
+            mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+        }
+        float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+        const float m_new = fmaxf(m[i], row_max * scale_log2);
+        alpha[i] = fast_exp2(m[i] - m_new);
+        m[i] = m_new;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < NE / 4; j++) {
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float& x = s[4 * j + 2 * i + c];
+                if (j > kLast) {
+                    x = 0.0f;
+                } else {
+                    x = fast_exp2(fmaf(x, scale_log2, -m_new));
+                    sum[j % 4] += x;
+                }
+            }
+        }
+        l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+    }
+}
+
+// softmax_diagonal_warp of warp w (rows 16 w .. 16 w + 15 of the tile), W .. NE / 8 - 1 (the
+// last one also takes any w past it).
+template <int NE, int W = 0>
+__device__ __forceinline__ void softmax_diagonal_warps(float (&s)[64], float (&m)[2], float (&l)[2],
+                                                       float (&alpha)[2], float scale_log2, int w,
+                                                       int lane) {
+    if constexpr (W + 1 < NE / 8) {
+        if (w != W) {
+            softmax_diagonal_warps<NE, W + 1>(s, m, l, alpha, scale_log2, w, lane);
+            return;
+        }
+    }
+    softmax_diagonal_warp<NE, 2 * W>(s, m, l, alpha, scale_log2, lane);
+}
+
+// The diagonal tile's softmax (m and l start): with WARP_MASK, this warp's compile-time mask
+// (row_local / 16 is the same for every lane of a warp), else the per-element one.
+template <bool WARP_MASK, int NE>
+__device__ __forceinline__ void softmax_diagonal(float (&s)[64], float (&m)[2], float (&l)[2],
+                                                 float (&alpha)[2], float scale_log2, int row_local,
+                                                 int lane) {
+    if constexpr (WARP_MASK) {
+        softmax_diagonal_warps<NE>(s, m, l, alpha, scale_log2, row_local / 16, lane);
+    } else {
+        softmax_tile<true, NE>(s, m, l, alpha, scale_log2, row_local, lane);
+    }
+}
+
 template <int HS>
 __device__ __forceinline__ void rescale(float (&o)[HS / 2], const float (&alpha)[2]) {
 #pragma unroll
@@ -321,7 +398,7 @@ struct ConsumerState {
 // of them before returning (no wgmma is in flight across the branches that pick a step).
 
 // S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
-template <int HS, class Smem, bool PINGPONG, bool HALF_S>
+template <int HS, class Smem, bool PINGPONG, bool HALF_S, bool WARP_MASK>
 __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                        bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -339,14 +416,16 @@ __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int
     if (last_s) release(sm.q_empty(qs), c.lane);
     c.m[0] = c.m[1] = -INFINITY;
     c.l[0] = c.l[1] = 0.0f;
-    softmax_tile<true, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
+    softmax_diagonal<WARP_MASK, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
+                                                  c.lane);
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
 // the pending P V ends the previous query tile, whose m and l the caller keeps).
-template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV,
+          bool WARP_MASK = false>
 __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                           bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -373,7 +452,13 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, 
         c.m[0] = c.m[1] = -INFINITY;
         c.l[0] = c.l[1] = 0.0f;
     }
-    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
+    if constexpr (FIRST) {
+        softmax_diagonal<WARP_MASK, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2,
+                                                      c.row_local, c.lane);
+    } else {
+        softmax_tile<false, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
+                                              c.lane);
+    }
     wgmma_wait<0>();
     fence_operands(c.o);
     fence_operands(c.p);
@@ -409,7 +494,7 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
 // 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
 // S, exponentials and P V there (HALF: this warpgroup does so).
 template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
-          bool CROSS_TILE>
+          bool CROSS_TILE, bool WARP_MASK>
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
@@ -465,10 +550,11 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
         if (CROSS_TILE && pending) {
             float inv[2];  // of the previous tile, whose m and l the step replaces
             finish(inv);
-            step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
+            step_s_pv<HS, Smem, PINGPONG, true, HALF, false, WARP_MASK>(c, sm, kv, qs, n == 1,
+                                                                        scale_log2);
             store(inv);
         } else {
-            step_s<HS, Smem, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, HALF, WARP_MASK>(c, sm, kv, qs, n == 1, scale_log2);
         }
         c.pv = PendingPv{kv, t.bh, qb, true, HALF};
         pending = true;
@@ -556,7 +642,7 @@ __device__ __forceinline__ void step_skip(int cw, int lane, const Smem& sm, int 
 }
 
 // One of the three consumer warpgroups (cw = 0, 1, 2: rows 64 cw .. 64 cw + 63 of each tile).
-template <int HS, class Smem, bool PINGPONG>
+template <int HS, class Smem, bool PINGPONG, bool WARP_MASK>
 __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float* __restrict__ lse,
                                   int T, int NH, int row0, const TileSchedule& sched) {
     // The scale as an immediate (one register fewer than a parameter): log2(e) / sqrt(64).
@@ -594,7 +680,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
         if (n > 0) {
             c.row_local = 64 * (a % 2) + row_in_group();  // the row within its diagonal key tile
             const int j0 = kv + skip;
-            step_s<HS, Smem, PINGPONG, false>(c, sm, j0, 0, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, false, WARP_MASK>(c, sm, j0, 0, n == 1, scale_log2);
             c.pv = PendingPv{j0, t.bh, qb, true, false};
 #pragma unroll 1
             for (int it = 1; it < n; it++) {
@@ -620,7 +706,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE, bool WARP_MASK>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -639,10 +725,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
-            sm, out, lse, T, NH, scale_log2, sched);
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE,
+                         WARP_MASK>(sm, out, lse, T, NH, scale_log2, sched);
     } else {
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE, WARP_MASK>(
             sm, out, lse, T, NH, scale_log2, sched);
     }
 #endif
@@ -656,7 +742,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #endif
 
 // Grid: TileSchedule over 192-row query tiles; kThreads3 threads; HS 64.
-template <int STAGES, bool PINGPONG>
+template <int STAGES, bool PINGPONG, bool WARP_MASK>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
     flash_attention_sm90_forward3_kernel(const __grid_constant__ CUtensorMap q_map,   // 64 rows
                                          const __grid_constant__ CUtensorMap kv_map,  // 128 rows
@@ -675,7 +761,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
         return;
     }
     setmaxnreg_inc<160>();
-    forward3_consumer<64, Smem, PINGPONG>(sm, out, lse, T, NH, row0, sched);
+    forward3_consumer<64, Smem, PINGPONG, WARP_MASK>(sm, out, lse, T, NH, row0, sched);
 #endif
 }
 
@@ -695,6 +781,9 @@ struct ForwardVariant {
     int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
                  // the default's choice (forward_launch)
     const char* name;
+    // >= 0: this variant is that one with the diagonal tile's mask per warp at compile time
+    // (softmax_diagonal_warp), and must give its bits.
+    int warp_mask_of = -1;
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
 // further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
@@ -706,7 +795,7 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-constexpr int kForwardVariants = 13;
+constexpr int kForwardVariants = 15;
 // The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
 // tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
 // they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
@@ -734,6 +823,8 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, false, -1, 2,
      "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
      "default before 0's choice)"},
+    {0, true, false, true, -1, 2, "as 11, the diagonal tile's mask per warp at compile time", 11},
+    {4, true, false, false, -1, 3, "as 9, the diagonal tile's mask per warp at compile time", 9},
 };
 
 template <typename Kernel>
@@ -749,7 +840,8 @@ void forward3_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
                      int NH) {
     constexpr ForwardVariant v = kVariants[V];
     constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3>::kDynamicBytes;
-    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong>;
+    auto* const kernel =
+        flash_attention_sm90_forward3_kernel<v.stages, v.pingpong, (v.warp_mask_of >= 0)>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap q_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, 64);
@@ -773,7 +865,8 @@ void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
     constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
     auto* const kernel =
-        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
+        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross,
+                                            (v.warp_mask_of >= 0)>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -817,7 +910,7 @@ void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, con
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err = cudaFuncGetAttributes(
-        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;
@@ -870,6 +963,12 @@ bool flash_attention_sm90_available(const Context& ctx, int HS) {
 }
 
 int flash_attention_sm90_forward_variants() { return kForwardVariants; }
+
+int flash_attention_sm90_forward_same_bits_as(int variant) {
+    LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
+               "flash_attention_sm90_forward_same_bits_as: no variant %d.", variant);
+    return kVariants[variant].warp_mask_of;
+}
 
 const char* flash_attention_sm90_forward_variant_name(int variant) {
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
