@@ -166,31 +166,25 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
     }
 }
 
-// Online softmax of one score tile: this thread's 2 rows (i = 0, 1: fragment rows r and r + 8)
-// x the first 2 * NE keys (NE = 64: the whole 128-key tile; 32: its first 64 keys). s -> p =
+// Online softmax of one score tile's unmasked part: this thread's 2 rows (i = 0, 1: fragment rows
+// r and r + 8) x the first 2 * NE keys (NE = 64: the whole 128-key tile; 32: its first 64 keys),
+// of which key groups 0 .. LAST (8 keys each, 4 of this thread's elements) may be visible and the
+// groups after are all masked: their p is 0, with no exponential, max or sum. s -> p =
 // exp2(s * scale_log2 - m_new) in place, m the running max (scaled, log2 units), l the running
-// partial row sums (this thread's columns), alpha = exp2(m_old - m_new). With MASK, keys after
-// the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
-// every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
-// the first tile, where O and l are still empty).
-template <bool MASK, int NE>
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], float scale_log2, int row_local,
-                                             int lane) {
-    if constexpr (MASK) {
-#pragma unroll
-        for (int e = 0; e < NE; e++) {
-            const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
-            if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
-        }
-    }
+// partial row sums (this thread's columns), alpha = exp2(m_old - m_new). A masked element within
+// groups 0 .. LAST is -inf in s (p = +0). The first tile is the diagonal one and every row has
+// key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on the first
+// tile, where O and l are still empty).
+template <int NE, int LAST = NE / 4 - 1>
+__device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float scale_log2) {
     // Maxima and sums over 4 independent partial chains each (shorter dependency chains; the
     // order is fixed, so the result is deterministic).
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < NE / 4; j++) {
+        for (int j = 0; j <= LAST; j++) {
             mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         }
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
@@ -205,12 +199,32 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
-                x = fast_exp2(fmaf(x, scale_log2, -m_new));
-                sum[j % 4] += x;
+                if (j > LAST) {
+                    x = 0.0f;
+                } else {
+                    x = fast_exp2(fmaf(x, scale_log2, -m_new));
+                    sum[j % 4] += x;
+                }
             }
         }
         l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
     }
+}
+
+// softmax_rows of a whole tile; with MASK, keys after the row (local key index > row_local[i])
+// are masked element by element.
+template <bool MASK, int NE>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float scale_log2, int row_local,
+                                             int lane) {
+    if constexpr (MASK) {
+#pragma unroll
+        for (int e = 0; e < NE; e++) {
+            const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
+            if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
+        }
+    }
+    softmax_rows<NE>(s, m, l, alpha, scale_log2);
 }
 
 // The diagonal tile's softmax with the mask known at compile time for one warp: G0 = its first
@@ -231,35 +245,7 @@ __device__ __forceinline__ void softmax_diagonal_warp(float (&s)[64], float (&m)
     for (int e = 4 * G0; e < 4 * (kLast + 1); e++) {
         if (8 * (e / 4 - G0) + e % 2 - 8 * ((e / 2) % 2) > t) s[e] = -INFINITY;
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j <= kLast; j++) {
-            mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-        }
-        float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
-        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
-        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-        const float m_new = fmaxf(m[i], row_max * scale_log2);
-        alpha[i] = fast_exp2(m[i] - m_new);
-        m[i] = m_new;
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < NE / 4; j++) {
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float& x = s[4 * j + 2 * i + c];
-                if (j > kLast) {
-                    x = 0.0f;
-                } else {
-                    x = fast_exp2(fmaf(x, scale_log2, -m_new));
-                    sum[j % 4] += x;
-                }
-            }
-        }
-        l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
-    }
+    softmax_rows<NE, kLast>(s, m, l, alpha, scale_log2);
 }
 
 // softmax_diagonal_warp of warp w (rows 16 w .. 16 w + 15 of the tile), W .. NE / 8 - 1 (the
