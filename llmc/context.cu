@@ -117,7 +117,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 1);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
     ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
-    ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 3, 2);
+    ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 2, 2);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -145,8 +145,7 @@ std::string context_overlap_summary(const Context& ctx) {
            " | global norm variant " + std::to_string(ctx.global_norm_variant) + " | gelu gemm " +
            (ctx.gelu_gemm == 0   ? "cublaslt"
             : ctx.gelu_gemm == 1 ? "ours for dgelu"
-            : ctx.gelu_gemm == 2 ? "ours"
-                                 : "ours, forward by tma stores");
+                                 : "ours");
 }
 
 bool context_switches_default(const Context& ctx) {

@@ -23,12 +23,11 @@
 // (layernorm.cu, classifier.cu), LLMC_FLASH_FUSED_BACKWARD (0-2, default 1: the Hopper attention
 // backward in one kernel on large grids; 0: its dq and dk/dv kernels; 2: the one kernel wherever
 // the Hopper backward runs), LLMC_GLOBAL_NORM_VARIANT (0-1, default 1: several loads in flight per
-// thread; 0: one; the same bits) (global_norm.cu), and LLMC_GELU_GEMM (0-3, default 2: on sm_90
+// thread; 0: one; the same bits) (global_norm.cu), and LLMC_GELU_GEMM (0-2, default 2: on sm_90
 // the fc forward (bias + GELU) and the fc bias + DGELU backward product run on our own kernels,
-// the latter also summing the fc bias gradient; 3: as 2, the forward's outputs by TMA stores,
-// the same bits; 1: the forward on cuBLASLt's GELU_AUX_BIAS epilogue; 0: cuBLASLt's GELU
-// epilogues for both. 0 and 1 are not the same bits: the bias gradient summed in another order,
-// GELU from the rounded pre)
+// the latter also summing the fc bias gradient; 1: the forward on cuBLASLt's GELU_AUX_BIAS
+// epilogue; 0: cuBLASLt's GELU epilogues for both. Not the same bits: the bias gradient summed
+// in another order, GELU from the rounded pre)
 // (matmul_sm90.cuh).
 #pragma once
 #include <cublasLt.h>
@@ -85,8 +84,7 @@ struct Context {
     int global_norm_variant = 1;
     // The fc products around GELU (LLMC_GELU_GEMM, matmul_sm90.cuh): 0 cuBLASLt with its GELU
     // epilogues, 1 our own Hopper kernel for the DGELU product (with the fc bias gradient in
-    // its epilogue) where it applies, 2 our forward kernel too, 3 as 2 with the forward's outputs
-    // by TMA stores.
+    // its epilogue) where it applies, 2 our forward kernel too.
     int gelu_gemm = 2;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must

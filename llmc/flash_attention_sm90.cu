@@ -166,25 +166,31 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
     }
 }
 
-// Online softmax of one score tile's unmasked part: this thread's 2 rows (i = 0, 1: fragment rows
-// r and r + 8) x the first 2 * NE keys (NE = 64: the whole 128-key tile; 32: its first 64 keys),
-// of which key groups 0 .. LAST (8 keys each, 4 of this thread's elements) may be visible and the
-// groups after are all masked: their p is 0, with no exponential, max or sum. s -> p =
+// Online softmax of one score tile: this thread's 2 rows (i = 0, 1: fragment rows r and r + 8)
+// x the first 2 * NE keys (NE = 64: the whole 128-key tile; 32: its first 64 keys). s -> p =
 // exp2(s * scale_log2 - m_new) in place, m the running max (scaled, log2 units), l the running
-// partial row sums (this thread's columns), alpha = exp2(m_old - m_new). A masked element within
-// groups 0 .. LAST is -inf in s (p = +0). The first tile is the diagonal one and every row has
-// key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on the first
-// tile, where O and l are still empty).
-template <int NE, int LAST = NE / 4 - 1>
-__device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], float scale_log2) {
+// partial row sums (this thread's columns), alpha = exp2(m_old - m_new). With MASK, keys after
+// the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
+// every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
+// the first tile, where O and l are still empty).
+template <bool MASK, int NE>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float scale_log2, int row_local,
+                                             int lane) {
+    if constexpr (MASK) {
+#pragma unroll
+        for (int e = 0; e < NE; e++) {
+            const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
+            if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
+        }
+    }
     // Maxima and sums over 4 independent partial chains each (shorter dependency chains; the
     // order is fixed, so the result is deterministic).
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j <= LAST; j++) {
+        for (int j = 0; j < NE / 4; j++) {
             mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         }
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
@@ -199,80 +205,11 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m)[2], floa
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
-                if (j > LAST) {
-                    x = 0.0f;
-                } else {
-                    x = fast_exp2(fmaf(x, scale_log2, -m_new));
-                    sum[j % 4] += x;
-                }
+                x = fast_exp2(fmaf(x, scale_log2, -m_new));
+                sum[j % 4] += x;
             }
         }
         l[i] = l[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
-    }
-}
-
-// softmax_rows of a whole tile; with MASK, keys after the row (local key index > row_local[i])
-// are masked element by element.
-template <bool MASK, int NE>
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], float scale_log2, int row_local,
-                                             int lane) {
-    if constexpr (MASK) {
-#pragma unroll
-        for (int e = 0; e < NE; e++) {
-            const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
-            if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
-        }
-    }
-    softmax_rows<NE>(s, m, l, alpha, scale_log2);
-}
-
-// The diagonal tile's softmax with the mask known at compile time for one warp: G0 = its first
-// row / 8 within the tile (8 cw + 2 w for warp w of consumer warpgroup cw). Its 16 rows see all
-// keys of 8-key groups < G0, part of groups G0 and G0 + 1 (compared per element) and none of the
-// groups after, whose exponentials, maxima and sums are skipped and whose p is 0. The same bits
-// as softmax_tile<true, NE>: a skipped element is exp2(-inf) = +0 there, which leaves each
-// partial max and sum chain as it was.
-template <int NE, int G0>
-__device__ __forceinline__ void softmax_diagonal_warp(float (&s)[64], float (&m)[2], float (&l)[2],
-                                                      float (&alpha)[2], float scale_log2,
-                                                      int lane) {
-    constexpr int kLast = G0 + 1 < NE / 4 - 1 ? G0 + 1 : NE / 4 - 1;  // last group with a key
-    // key > row, with key = 8 (e / 4) + 2 (lane % 4) + e % 2 and row = 8 G0 + lane / 4 + 8 ((e /
-    // 2) % 2): a compile-time constant against t.
-    const int t = lane / 4 - 2 * (lane % 4);
-#pragma unroll
-    for (int e = 4 * G0; e < 4 * (kLast + 1); e++) {
-        if (8 * (e / 4 - G0) + e % 2 - 8 * ((e / 2) % 2) > t) s[e] = -INFINITY;
-    }
-    softmax_rows<NE, kLast>(s, m, l, alpha, scale_log2);
-}
-
-// softmax_diagonal_warp of warp w (rows 16 w .. 16 w + 15 of the tile), W .. NE / 8 - 1 (the
-// last one also takes any w past it).
-template <int NE, int W = 0>
-__device__ __forceinline__ void softmax_diagonal_warps(float (&s)[64], float (&m)[2], float (&l)[2],
-                                                       float (&alpha)[2], float scale_log2, int w,
-                                                       int lane) {
-    if constexpr (W + 1 < NE / 8) {
-        if (w != W) {
-            softmax_diagonal_warps<NE, W + 1>(s, m, l, alpha, scale_log2, w, lane);
-            return;
-        }
-    }
-    softmax_diagonal_warp<NE, 2 * W>(s, m, l, alpha, scale_log2, lane);
-}
-
-// The diagonal tile's softmax (m and l start): with WARP_MASK, this warp's compile-time mask
-// (row_local / 16 is the same for every lane of a warp), else the per-element one.
-template <bool WARP_MASK, int NE>
-__device__ __forceinline__ void softmax_diagonal(float (&s)[64], float (&m)[2], float (&l)[2],
-                                                 float (&alpha)[2], float scale_log2, int row_local,
-                                                 int lane) {
-    if constexpr (WARP_MASK) {
-        softmax_diagonal_warps<NE>(s, m, l, alpha, scale_log2, row_local / 16, lane);
-    } else {
-        softmax_tile<true, NE>(s, m, l, alpha, scale_log2, row_local, lane);
     }
 }
 
@@ -384,7 +321,7 @@ struct ConsumerState {
 // of them before returning (no wgmma is in flight across the branches that pick a step).
 
 // S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
-template <int HS, class Smem, bool PINGPONG, bool HALF_S, bool WARP_MASK>
+template <int HS, class Smem, bool PINGPONG, bool HALF_S>
 __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                        bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -402,16 +339,14 @@ __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int
     if (last_s) release(sm.q_empty(qs), c.lane);
     c.m[0] = c.m[1] = -INFINITY;
     c.l[0] = c.l[1] = 0.0f;
-    softmax_diagonal<WARP_MASK, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
-                                                  c.lane);
+    softmax_tile<true, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
 // the pending P V ends the previous query tile, whose m and l the caller keeps).
-template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV,
-          bool WARP_MASK = false>
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
 __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                           bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -438,13 +373,7 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, 
         c.m[0] = c.m[1] = -INFINITY;
         c.l[0] = c.l[1] = 0.0f;
     }
-    if constexpr (FIRST) {
-        softmax_diagonal<WARP_MASK, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2,
-                                                      c.row_local, c.lane);
-    } else {
-        softmax_tile<false, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
-                                              c.lane);
-    }
+    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     wgmma_wait<0>();
     fence_operands(c.o);
     fence_operands(c.p);
@@ -480,7 +409,7 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
 // 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
 // S, exponentials and P V there (HALF: this warpgroup does so).
 template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
-          bool CROSS_TILE, bool WARP_MASK>
+          bool CROSS_TILE>
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
@@ -536,11 +465,10 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
         if (CROSS_TILE && pending) {
             float inv[2];  // of the previous tile, whose m and l the step replaces
             finish(inv);
-            step_s_pv<HS, Smem, PINGPONG, true, HALF, false, WARP_MASK>(c, sm, kv, qs, n == 1,
-                                                                        scale_log2);
+            step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
             store(inv);
         } else {
-            step_s<HS, Smem, PINGPONG, HALF, WARP_MASK>(c, sm, kv, qs, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
         }
         c.pv = PendingPv{kv, t.bh, qb, true, HALF};
         pending = true;
@@ -628,7 +556,7 @@ __device__ __forceinline__ void step_skip(int cw, int lane, const Smem& sm, int 
 }
 
 // One of the three consumer warpgroups (cw = 0, 1, 2: rows 64 cw .. 64 cw + 63 of each tile).
-template <int HS, class Smem, bool PINGPONG, bool WARP_MASK>
+template <int HS, class Smem, bool PINGPONG>
 __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float* __restrict__ lse,
                                   int T, int NH, int row0, const TileSchedule& sched) {
     // The scale as an immediate (one register fewer than a parameter): log2(e) / sqrt(64).
@@ -666,7 +594,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
         if (n > 0) {
             c.row_local = 64 * (a % 2) + row_in_group();  // the row within its diagonal key tile
             const int j0 = kv + skip;
-            step_s<HS, Smem, PINGPONG, false, WARP_MASK>(c, sm, j0, 0, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, false>(c, sm, j0, 0, n == 1, scale_log2);
             c.pv = PendingPv{j0, t.bh, qb, true, false};
 #pragma unroll 1
             for (int it = 1; it < n; it++) {
@@ -692,7 +620,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE, bool WARP_MASK>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -711,10 +639,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE,
-                         WARP_MASK>(sm, out, lse, T, NH, scale_log2, sched);
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
+            sm, out, lse, T, NH, scale_log2, sched);
     } else {
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE, WARP_MASK>(
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
             sm, out, lse, T, NH, scale_log2, sched);
     }
 #endif
@@ -728,7 +656,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
 #endif
 
 // Grid: TileSchedule over 192-row query tiles; kThreads3 threads; HS 64.
-template <int STAGES, bool PINGPONG, bool WARP_MASK>
+template <int STAGES, bool PINGPONG>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
     flash_attention_sm90_forward3_kernel(const __grid_constant__ CUtensorMap q_map,   // 64 rows
                                          const __grid_constant__ CUtensorMap kv_map,  // 128 rows
@@ -747,7 +675,7 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND3, 1)
         return;
     }
     setmaxnreg_inc<160>();
-    forward3_consumer<64, Smem, PINGPONG, WARP_MASK>(sm, out, lse, T, NH, row0, sched);
+    forward3_consumer<64, Smem, PINGPONG>(sm, out, lse, T, NH, row0, sched);
 #endif
 }
 
@@ -767,9 +695,6 @@ struct ForwardVariant {
     int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
                  // the default's choice (forward_launch)
     const char* name;
-    // >= 0: this variant is that one with the diagonal tile's mask per warp at compile time
-    // (softmax_diagonal_warp), and must give its bits.
-    int warp_mask_of = -1;
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
 // further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
@@ -781,7 +706,7 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-constexpr int kForwardVariants = 15;
+constexpr int kForwardVariants = 13;
 // The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
 // tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
 // they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
@@ -809,8 +734,6 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, false, -1, 2,
      "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
      "default before 0's choice)"},
-    {0, true, false, true, -1, 2, "as 11, the diagonal tile's mask per warp at compile time", 11},
-    {4, true, false, false, -1, 3, "as 9, the diagonal tile's mask per warp at compile time", 9},
 };
 
 template <typename Kernel>
@@ -826,8 +749,7 @@ void forward3_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
                      int NH) {
     constexpr ForwardVariant v = kVariants[V];
     constexpr size_t smem = ForwardSmem<64, v.stages, 1, kBM3>::kDynamicBytes;
-    auto* const kernel =
-        flash_attention_sm90_forward3_kernel<v.stages, v.pingpong, (v.warp_mask_of >= 0)>;
+    auto* const kernel = flash_attention_sm90_forward3_kernel<v.stages, v.pingpong>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap q_map = make_row_tensor_map(qkv, B, T, 3 * NH, 64, 64);
@@ -851,8 +773,7 @@ void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
     constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
     auto* const kernel =
-        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross,
-                                            (v.warp_mask_of >= 0)>;
+        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -896,7 +817,7 @@ void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, con
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err = cudaFuncGetAttributes(
-        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false, false>);
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;
@@ -949,12 +870,6 @@ bool flash_attention_sm90_available(const Context& ctx, int HS) {
 }
 
 int flash_attention_sm90_forward_variants() { return kForwardVariants; }
-
-int flash_attention_sm90_forward_same_bits_as(int variant) {
-    LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
-               "flash_attention_sm90_forward_same_bits_as: no variant %d.", variant);
-    return kVariants[variant].warp_mask_of;
-}
 
 const char* flash_attention_sm90_forward_variant_name(int variant) {
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,

@@ -28,9 +28,6 @@ namespace llmc {
 // the default. Names for the benchmark's legend.
 int flash_attention_sm90_forward_variants();
 const char* flash_attention_sm90_forward_variant_name(int variant);
-// The variant whose out and lse this one must reproduce bit for bit (it differs only in how it
-// computes them), or -1 (dev/test_flash_attention checks the pairs).
-int flash_attention_sm90_forward_same_bits_as(int variant);
 
 // Checks flash_attention_sm90_available (fails with a message otherwise) and launches.
 void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
@@ -94,6 +91,13 @@ constexpr double kPairsBalance = 0.9;
 
 // mode < 0: pairs or one tile per CTA (across) by kPairsBalance.
 inline TileSchedule make_schedule(const Context& ctx, int mode, int heads, int n) {
+    // schedule_tile counts in 32 bits (a 64-bit division costs a consumer ~100 instructions a
+    // tile): every tile and pair index, plus one round of CTAs, must fit.
+    LLMC_CHECK(
+        (long long)heads * (n + 1) < (1LL << 31),
+        "flash attention (sm90): %d heads x %d query tiles is too many tiles for one launch; "
+        "use a smaller batch.",
+        heads, n);
     TileSchedule s{mode, heads, n};
     if (s.mode < 0) {
         const double per_sm = (double)heads * ((n + 1) / 2) / ctx_num_sms(ctx);
@@ -121,12 +125,14 @@ __device__ __forceinline__ Tile schedule_tile(const TileSchedule& s, int i) {
         if (i > 0) return Tile{0, 0, true, false};
         return Tile{cta % s.heads, cta / s.heads, false, true};
     }
+    // 32-bit (make_schedule checks the range): pair < heads * per_head + gridDim.x.
     const int per_head = (s.n + 1) / 2;
-    const long long pair = cta + (long long)(i / 2) * gridDim.x;
-    if (pair >= (long long)s.heads * per_head) return Tile{0, 0, true, false};
-    const int u = (int)(pair % per_head);
+    const int pair = cta + (i / 2) * (int)gridDim.x;
+    if (pair >= s.heads * per_head) return Tile{0, 0, true, false};
+    const int bh = pair / per_head;
+    const int u = pair - bh * per_head;
     if (i % 2 == 1 && u == s.n - 1 - u) return Tile{0, 0, false, false};
-    return Tile{(int)(pair / per_head), i % 2 == 0 ? u : s.n - 1 - u, false, true};
+    return Tile{bh, i % 2 == 0 ? u : s.n - 1 - u, false, true};
 }
 
 // One arrival per consumer warp on an "empty" barrier, once the warp's wgmmas that read the

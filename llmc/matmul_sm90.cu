@@ -24,11 +24,7 @@
 //     through the consumer's staging buffer (32 KiB, the 128-byte swizzled layout of sm90.cuh:
 //     conflict-free both in the accumulator layout and in 16-byte row chunks):
 //       forward: pre = acc + bias rounded to bf16 into the buffer; then by 16-byte chunks, pre
-//         and gelu_tanh(pre) to global memory. With TMA_STORE (LLMC_GELU_GEMM=3, not the
-//         default: not yet timed on a GPU, docs/perf-log.md) pre goes to global memory by TMA
-//         stores of the buffer; once they have read it, gelu_tanh(pre) in place by 16-byte
-//         chunks and by TMA stores as well (thread 0 of the consumer issues them and waits for
-//         their reads), which takes the stores off the consumer's threads and their LSU.
+//         and gelu_tanh(pre) to global memory.
 //       backward: dinp = acc * gelu_tanh_grad(pre) rounded to bf16, in place over pre in the
 //         buffer; then by 16-byte chunks to global memory, each thread summing its chunk's 8
 //         columns over its 16 rows; those sums are added across the warpgroup in a fixed order
@@ -93,12 +89,11 @@ __device__ __forceinline__ uint4 gelu_chunk(uint4 v) {
 }
 #endif
 
-template <bool BACKWARD, bool TMA_STORE = false>
+template <bool BACKWARD>
 __global__ void __launch_bounds__(kThreads, 1)
     gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
                      const __grid_constant__ CUtensorMap w_map,
-                     const __grid_constant__ CUtensorMap pre_map,
-                     const __grid_constant__ CUtensorMap out_map, const bf16* __restrict__ bias,
+                     const __grid_constant__ CUtensorMap pre_map, const bf16* __restrict__ bias,
                      bf16* __restrict__ out, bf16* __restrict__ pre,
                      float* __restrict__ bias_partial, int M, int N, int K) {
 #ifdef LLMC_SM90A_DEVICE
@@ -249,10 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (BACKWARD) {
             mbar_wait(pre_full(cw), (j / kConsumers) & 1);
         } else {
-            // The previous tile's chunk pass is done (with TMA_STORE: its GELU stores have read
-            // the buffer).
-            if (TMA_STORE && wt == 0) bulk_wait_read_all();
-            named_barrier_sync(kOwnBar + cw, 128);
+            named_barrier_sync(kOwnBar + cw, 128);  // the previous tile's chunk pass is done
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -274,34 +266,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *at = pack_bf16(x, y);
             }
         }
+        named_barrier_sync(kOwnBar + cw, 128);  // the whole tile is in the buffer
         // Chunk pass: thread wt takes chunk wt % 16 (columns 8 (wt % 16) ..) of rows
         // 8 i + wt / 16; a warp's 8 consecutive threads read one row's 128 bytes.
         const int chunk = wt % 16;
-        if constexpr (!BACKWARD && TMA_STORE) {
-            // The buffer's two 64-column blocks by TMA stores (rows >= M are not written: the
-            // maps end at M); pre's, then the GELU's in place once they have read it.
-            auto store_tile = [&](const CUtensorMap* map) {
-                fence_proxy_async_shared();
-                named_barrier_sync(kOwnBar + cw, 128);  // the whole tile is in the buffer
-                if (wt == 0) {
-                    tma_store_4d(map, staging, n0, 0, m0, 0);
-                    tma_store_4d(map, staging + kTile * kRowBytes, n0 + 64, 0, m0, 0);
-                    bulk_commit();
-                }
-            };
-            store_tile(&pre_map);
-            if (wt == 0) bulk_wait_read_all();
-            named_barrier_sync(kOwnBar + cw, 128);  // pre's stores have read the buffer
-#pragma unroll 4
-            for (int i = 0; i < kTile / 8; i++) {
-                uint4* const at = reinterpret_cast<uint4*>(
-                    staging_ptr + swizzled_offset(kTile, 8 * i + wt / 16, 8 * chunk));
-                *at = gelu_chunk(*at);
-            }
-            store_tile(&out_map);
-            continue;
-        }
-        named_barrier_sync(kOwnBar + cw, 128);  // the whole tile is in the buffer
         float sums[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) sums[k] = 0.0f;
@@ -345,8 +313,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             bias_partial[(size_t)(m0 / kTile) * N + n0 + wt] = total;
         }
     }
-    // The last GELU stores have read the buffer before the CTA's shared memory goes.
-    if (!BACKWARD && TMA_STORE && wt == 0) bulk_wait_all();
 #endif
 }
 
@@ -362,16 +328,13 @@ bool image_has_kernel() {
 }
 #endif
 
-// pre_map: the backward's pre (TMA loads), or with TMA_STORE the forward's (TMA stores);
-// out_map: with TMA_STORE, the forward's GELU output.
-template <bool BACKWARD, bool TMA_STORE = false>
+template <bool BACKWARD>
 void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
-            const CUtensorMap& pre_map, const CUtensorMap& out_map, const floatX* bias, floatX* out,
-            floatX* pre, float* bias_partial, int M, int N, int K) {
+            const CUtensorMap& pre_map, const floatX* bias, floatX* out, floatX* pre,
+            float* bias_partial, int M, int N, int K) {
     static const bool set = [] {
-        LLMC_CUDA_CHECK(cudaFuncSetAttribute(gelu_gemm_kernel<BACKWARD, TMA_STORE>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)kSmem));
+        LLMC_CUDA_CHECK(cudaFuncSetAttribute(
+            gelu_gemm_kernel<BACKWARD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
         return true;
     }();
     (void)set;
@@ -379,9 +342,9 @@ void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_m
     const int grid = std::min(tiles, ctx_num_sms(ctx));
     // Never a PDL launch (whatever ctx.pdl says): launched early behind its predecessor it ran
     // 10% slower at d12 B=64 (bench_gelu_gemm, H100: 659 against 600 us for the fc forward).
-    gelu_gemm_kernel<BACKWARD, TMA_STORE><<<grid, kThreads, kSmem, ctx.stream>>>(
-        a_map, w_map, pre_map, out_map, reinterpret_cast<const bf16*>(bias),
-        reinterpret_cast<bf16*>(out), reinterpret_cast<bf16*>(pre), bias_partial, M, N, K);
+    gelu_gemm_kernel<BACKWARD><<<grid, kThreads, kSmem, ctx.stream>>>(
+        a_map, w_map, pre_map, reinterpret_cast<const bf16*>(bias), reinterpret_cast<bf16*>(out),
+        reinterpret_cast<bf16*>(pre), bias_partial, M, N, K);
     LLMC_CUDA_CHECK_LAST();
 }
 
@@ -405,7 +368,7 @@ bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
 
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
                               std::initializer_list<const void*> pointers) {
-    return ctx.gelu_gemm >= 2 && gelu_gemm_applies(ctx, N, OC, IC, pointers);
+    return ctx.gelu_gemm == 2 && gelu_gemm_applies(ctx, N, OC, IC, pointers);
 }
 
 void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,
@@ -415,14 +378,7 @@ void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const float
                OC);
     const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
-    if (ctx.gelu_gemm == 3) {
-        const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, OC, kTile);
-        const CUtensorMap out_map = make_row_tensor_map(out, 1, N, 1, OC, kTile);
-        launch<false, true>(ctx, a_map, w_map, pre_map, out_map, bias, out, pre, nullptr, N, OC,
-                            IC);
-    } else {
-        launch<false>(ctx, a_map, w_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
-    }
+    launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
 }
 
 int dgelu_bias_partial_rows(int N) { return (N + kTile - 1) / kTile; }
@@ -435,8 +391,7 @@ void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, 
     const CUtensorMap a_map = make_row_tensor_map(dout, 1, N, 1, OC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, IC, kTile);
-    launch<true>(ctx, a_map, w_map, pre_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC,
-                 OC);
+    launch<true>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC, OC);
 }
 
 }  // namespace llmc

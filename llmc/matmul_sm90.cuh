@@ -27,10 +27,9 @@ namespace llmc {
 // Context::gelu_gemm (LLMC_GELU_GEMM): 0 cuBLASLt's GELU_AUX_BIAS / DGELU epilogues; 1 our
 // DGELU kernel wherever it applies, the forward through cuBLASLt; 2 (the default) both of ours
 // wherever they apply (ours is the faster forward since the epilogue's GELU went from ~20
-// instructions an element to 7, docs/perf-log.md "GELU products"); 3 as 2 with the forward's
-// outputs written by TMA stores (the same bits; not the default until a GPU has timed it).
+// instructions an element to 7, docs/perf-log.md "GELU products").
 // gelu_gemm_applies: whether they can run here (ctx.gelu_gemm != 0, device, build, shape);
-// gelu_gemm_forward_chosen: whether matmul_forward takes ours (ctx.gelu_gemm >= 2).
+// gelu_gemm_forward_chosen: whether matmul_forward takes ours (ctx.gelu_gemm == 2).
 bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
                        std::initializer_list<const void*> pointers);
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,

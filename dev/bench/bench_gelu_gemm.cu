@@ -16,8 +16,7 @@
 // heuristic's first candidate and the fastest, with TFLOP/s = 2 m n k / time.
 //
 // Then our own kernels for the two products (matmul_sm90.cuh) against cuBLASLt's epilogues,
-// through the trainer's calls (below); with LLMC_GELU_GEMM=3, ours with the forward's outputs by
-// TMA stores.
+// through the trainer's calls (below).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -201,8 +200,7 @@ float median_ms(const Context& ctx, const std::function<void()>& f) {
     return ms[ms.size() / 2];
 }
 
-// ours_mode: the ctx.gelu_gemm of "ours" (2, or 3 for the forward's TMA stores).
-void run_ours(Context* ctx, int N, int ours_mode) {
+void run_ours(Context* ctx, int N) {
     const int C = kC, H = 4 * kC;
     Rng rng(N + 1);
     auto random = [&](size_t n, float scale) {
@@ -230,7 +228,7 @@ void run_ours(Context* ctx, int N, int ours_mode) {
     std::vector<float> got_dbias[2];
     float t_fwd[2], t_bwd[2];
     for (int ours = 0; ours < 2; ours++) {
-        ctx->gelu_gemm = ours ? ours_mode : 0;  // ours wherever it applies, whatever the size
+        ctx->gelu_gemm = ours ? 2 : 0;  // ours wherever it applies, whatever the size
         auto fwd = [&]() {
             matmul_forward(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(), N, C, H,
                            pre[ours].get());
@@ -301,11 +299,9 @@ int main(int argc, char** argv) {
     std::printf("| product | rows | candidates | heuristic's first | fastest | index |\n");
     std::printf("|---|---|---|---|---|---|\n");
     for (int N : rows) run_rows(ctx, N);
-    std::printf(
-        "\nthe trainer's calls (matmul_sm90.cuh, ours: LLMC_GELU_GEMM=%d), median of 20:\n\n",
-        std::max(2, gelu_gemm));
+    std::printf("\nthe trainer's calls (matmul_sm90.cuh), median of 20:\n\n");
     std::printf("| rows | product | cuBLASLt | ours | ours / cuBLASLt |\n|---|---|---|---|---|\n");
-    for (int N : rows) run_ours(&ctx, N, std::max(2, gelu_gemm));
+    for (int N : rows) run_ours(&ctx, N);
     ctx.gelu_gemm = gelu_gemm;
     return test_summary("bench_gelu_gemm");
 }

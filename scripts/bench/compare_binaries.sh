@@ -7,8 +7,8 @@
 #                                     [-N "VAR=VALUE ..."] OLD_BINARY NEW_BINARY
 #
 # -O and -N: environment assignments for the OLD and the NEW runs alone, so that one binary can
-# be compared with itself under two settings of a switch (e.g. -N LLMC_GELU_GEMM=3 with the same
-# binary twice).
+# be compared with itself under two settings of a switch (e.g. -N LLMC_GLOBAL_NORM_VARIANT=0
+# with the same binary twice).
 #
 # For each B, ROUNDS rounds (default 3) of one OLD run then one NEW run, interleaved so that the
 # GPU's clocks and temperature drift alike for both; each run trains STEPS steps (default 30) of

@@ -142,9 +142,6 @@ done
 # for both.
 run test_gpt2cu_small_gelu_gemm1 env LLMC_GELU_GEMM=1 ./test_gpt2cu \
     --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin"
-# Ours with the fc forward's outputs by TMA stores (the same bits as the default).
-run test_gpt2cu_small_gelu_gemm3 env LLMC_GELU_GEMM=3 ./test_gpt2cu \
-    --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin"
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
 
