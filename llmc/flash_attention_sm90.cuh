@@ -91,8 +91,9 @@ constexpr double kPairsBalance = 0.9;
 
 // mode < 0: pairs or one tile per CTA (across) by kPairsBalance.
 inline TileSchedule make_schedule(const Context& ctx, int mode, int heads, int n) {
-    // schedule_tile counts in 32 bits (a 64-bit division costs a consumer ~100 instructions a
-    // tile): every tile and pair index, plus one round of CTAs, must fit.
+    // schedule_tile counts in 32 bits (a 64-bit division is a long software routine on the
+    // GPU, run by every thread once a tile): every tile and pair index, plus one round of CTAs,
+    // must fit.
     LLMC_CHECK(
         (long long)heads * (n + 1) < (1LL << 31),
         "flash attention (sm90): %d heads x %d query tiles is too many tiles for one launch; "
