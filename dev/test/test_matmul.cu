@@ -227,7 +227,12 @@ void test_forward_residual(const Context& ctx, const LinearCase& c, LinearDevice
         ref[i] = (float)((double)r.pre[i] + (double)d.res[i]);
         scale[i] = r.pre_scale[i] + std::fabs(d.res[i]);
     }
-    check_sum("forward", c.bias ? "out + residual (BIAS, C)" : "out + residual (DEFAULT, C)",
+    const bool ours = plain_gemm_chosen(ctx, kPlainGemmResidual, c.N, c.IC, c.OC,
+                                        {g->out.get(), g->inp.get(), g->w.get(), g->res.get()});
+    check_sum("forward",
+              ours     ? "out + residual (our sm90 kernel)"
+              : c.bias ? "out + residual (BIAS, C)"
+                       : "out + residual (DEFAULT, C)",
               download(g->out.get(), NO), ref, scale, c.IC, tf32);
     check_bitwise_equal("forward with residual: the residual unchanged", res_before,
                         download_bytes(g->res.get(), NO * sizeof(floatX)));
@@ -243,8 +248,13 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
                    c.N, c.IC, c.OC, c.gelu ? g->pre.get() : nullptr);
     const std::vector<float> out = download(g->out.get(), NO);
     if (!c.gelu) {
-        check_sum("forward", c.bias ? "out (BIAS)" : "out (DEFAULT)", out, r.pre, r.pre_scale, c.IC,
-                  tf32);
+        const bool ours = plain_gemm_chosen(ctx, c.bias ? kPlainGemmBias : kPlainGemmNoBias, c.N,
+                                            c.IC, c.OC, {g->out.get(), g->inp.get(), g->w.get()});
+        check_sum("forward",
+                  ours     ? (c.bias ? "out (our sm90 kernel, bias)" : "out (our sm90 kernel)")
+                  : c.bias ? "out (BIAS)"
+                           : "out (DEFAULT)",
+                  out, r.pre, r.pre_scale, c.IC, tf32);
         test_forward_residual(ctx, c, g, d, r, tf32);
         return;
     }
@@ -551,6 +561,8 @@ void run_all(Context* ctx, bool tf32) {
         {"GELU GEMM, N not a multiple of 128", 333, 256, 384, true, true, true, false},
         {"GELU GEMM, GPT-2 1.5B fc", 130, 1600, 6400, true, true, false, false},
         {"GELU GEMM, GPT-2 1.5B fcproj", 130, 6400, 1600, true, false, true, false},
+        {"plain GEMM, N not a multiple of 128", 333, 192, 256, true, false, false, false},
+        {"plain GEMM without bias, rows under a tile", 77, 128, 384, false, false, false, false},
     };
     uint64_t seed = 1000;
     for (const LinearCase& c : linear) test_linear(ctx, c, seed++, tf32);
@@ -567,15 +579,17 @@ void run_all(Context* ctx, bool tf32) {
 
 int main() {
     skip_if_no_device();
-    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply), then 0 (cuBLASLt's
-    // epilogues): the default, 1, takes one of each. The fp32 build has cuBLASLt's only.
+    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply) with every plain product on
+    // our kernel too, then 0 with none (cuBLASLt's epilogues): the default GELU setting, 1,
+    // takes one of each. The fp32 build has cuBLASLt's only.
     for (int gelu_gemm : {2, 0}) {
         if (gelu_gemm == 0 && sizeof(floatX) == 4) break;
         Context ctx;
         context_init(&ctx, 0, /*tf32=*/false);
         ctx.gelu_gemm = gelu_gemm;
-        std::printf("test_matmul: %s build%s, gelu gemm %d\n", kPrecisionName,
-                    sizeof(floatX) == 4 ? ", TF32 off" : "", gelu_gemm);
+        ctx.plain_gemm = gelu_gemm == 2 ? kPlainGemmAll : 0;
+        std::printf("test_matmul: %s build%s, gelu gemm %d, plain gemm mask %u\n", kPrecisionName,
+                    sizeof(floatX) == 4 ? ", TF32 off" : "", gelu_gemm, ctx.plain_gemm);
         run_all(&ctx, false);
     }
     if (sizeof(floatX) == 4) {
