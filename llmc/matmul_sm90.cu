@@ -435,8 +435,12 @@ void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, 
                            OC);
 }
 
-bool plain_gemm_chosen(const Context& ctx, unsigned product, int N, int IC, int OC,
+bool plain_gemm_chosen(const Context& ctx, bool bias, bool residual, int N, int IC, int OC,
                        std::initializer_list<const void*> pointers) {
+    const unsigned product = residual
+                                 ? (IC <= OC ? kPlainGemmResidualShort : kPlainGemmResidualLong)
+                             : bias ? kPlainGemmBias
+                                    : 0u;
     return (ctx.plain_gemm & product) != 0 && kernel_applies(ctx, N, OC, IC, pointers);
 }
 

@@ -27,11 +27,11 @@
 // half on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as
 // the split run, since the plan and the order of every sum are the same. The first run also
 // sets every bit of ctx.plain_gemm, so that the plain forward products whose shapes apply (the
-// qkv, attproj and lm-head cases, fcproj's forward, the "plain GEMM" ones; each with and without
-// the residual) run on the same kernel's plain mode, against the same bounds as cuBLASLt's. The
-// fp32 build runs everything twice: TF32 off (the bounds below), then TF32 on in a second Context
-// (its own plans) with the bounds widened for TF32's rounding of the inputs. Without a GPU it exits
-// 77 with "SKIP <reason>" (test_device.h).
+// qkv and attproj cases, fcproj's forward, the "plain GEMM" one with a bias; with the residual,
+// those and the bias-free ones) run on the same kernel's plain mode, against the same bounds as
+// cuBLASLt's. The fp32 build runs everything twice: TF32 off (the bounds below), then TF32 on in a
+// second Context (its own plans) with the bounds widened for TF32's rounding of the inputs. Without
+// a GPU it exits 77 with "SKIP <reason>" (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -230,7 +230,7 @@ void test_forward_residual(const Context& ctx, const LinearCase& c, LinearDevice
         ref[i] = (float)((double)r.pre[i] + (double)d.res[i]);
         scale[i] = r.pre_scale[i] + std::fabs(d.res[i]);
     }
-    const bool ours = plain_gemm_chosen(ctx, kPlainGemmResidual, c.N, c.IC, c.OC,
+    const bool ours = plain_gemm_chosen(ctx, c.bias, true, c.N, c.IC, c.OC,
                                         {g->out.get(), g->inp.get(), g->w.get(), g->res.get()});
     check_sum("forward",
               ours     ? "out + residual (our sm90 kernel)"
@@ -251,8 +251,8 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
                    c.N, c.IC, c.OC, c.gelu ? g->pre.get() : nullptr);
     const std::vector<float> out = download(g->out.get(), NO);
     if (!c.gelu) {
-        const bool ours = plain_gemm_chosen(ctx, c.bias ? kPlainGemmBias : kPlainGemmNoBias, c.N,
-                                            c.IC, c.OC, {g->out.get(), g->inp.get(), g->w.get()});
+        const bool ours = plain_gemm_chosen(ctx, c.bias, false, c.N, c.IC, c.OC,
+                                            {g->out.get(), g->inp.get(), g->w.get()});
         check_sum("forward",
                   ours     ? (c.bias ? "out (our sm90 kernel, bias)" : "out (our sm90 kernel)")
                   : c.bias ? "out (BIAS)"
