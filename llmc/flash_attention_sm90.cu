@@ -173,24 +173,15 @@ __device__ void forward_producer(const CUtensorMap* map, const Smem& sm, int NH,
 // the row (local key index > row_local[i]) are masked. The first tile is the diagonal one and
 // every row has key k0 <= row there, so m is finite from then on (and alpha = exp2(-inf) = 0 on
 // the first tile, where O and l are still empty).
-// With SKIP (and MASK), the key groups of 8 (a thread's elements 4 g .. 4 g + 3) after the
-// warp's last row are all masked: they are set to p = 0 and left out of the maxima, the
-// exponentials and the sums, a branch a group that is the same for the whole warp (its rows are
-// 16 (row_local / 16) .. + 15). The same bits: a masked element is exp2(-inf) = +0 otherwise,
-// which leaves a maximum and a sum of non-negative terms as they were.
-template <bool MASK, int NE, bool SKIP = false>
+template <bool MASK, int NE>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float scale_log2, int row_local,
                                              int lane) {
-    constexpr bool kSkip = MASK && SKIP;
-    // The warp's last key group with a key at or before one of its rows.
-    const int last = kSkip ? min(2 * (row_local / 16) + 1, NE / 4 - 1) : NE / 4 - 1;
     if constexpr (MASK) {
 #pragma unroll
         for (int e = 0; e < NE; e++) {
             const int key = 8 * (e / 4) + 2 * (lane % 4) + e % 2;
-            if (key > row_local + 8 * ((e / 2) % 2))
-                s[e] = kSkip && e / 4 > last ? 0.0f : -INFINITY;
+            if (key > row_local + 8 * ((e / 2) % 2)) s[e] = -INFINITY;
         }
     }
     // Maxima and sums over 4 independent partial chains each (shorter dependency chains; the
@@ -200,7 +191,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < NE / 4; j++) {
-            if (kSkip && j > last) break;
             mx[j % 4] = fmaxf(mx[j % 4], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
         }
         float row_max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
@@ -212,7 +202,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < NE / 4; j++) {
-            if (kSkip && j > last) break;
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float& x = s[4 * j + 2 * i + c];
@@ -332,7 +321,7 @@ struct ConsumerState {
 // of them before returning (no wgmma is in flight across the branches that pick a step).
 
 // S of key tile j (the diagonal one: masked, m and l start) alone; HALF_S: its first 64 keys.
-template <int HS, class Smem, bool PINGPONG, bool HALF_S, bool SKIP = false>
+template <int HS, class Smem, bool PINGPONG, bool HALF_S>
 __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                        bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -350,16 +339,14 @@ __device__ __forceinline__ void step_s(ConsumerState<HS>& c, const Smem& sm, int
     if (last_s) release(sm.q_empty(qs), c.lane);
     c.m[0] = c.m[1] = -INFINITY;
     c.l[0] = c.l[1] = 0.0f;
-    softmax_tile<true, HALF_S ? 32 : 64, SKIP>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
-                                               c.lane);
+    softmax_tile<true, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     probabilities_to_a<HALF_S ? 32 : 64>(c.p, c.s);
 }
 
 // S of key tile j with the pending P V (HALF_PV: over 64 keys), the softmax of S while P V runs.
 // FIRST: j is the diagonal tile of a new query tile (masked; m and l start, and O is not rescaled:
 // the pending P V ends the previous query tile, whose m and l the caller keeps).
-template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV,
-          bool SKIP = false>
+template <int HS, class Smem, bool PINGPONG, bool FIRST, bool HALF_S, bool HALF_PV>
 __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, int j, int qs,
                                           bool last_s, float scale_log2) {
     constexpr int STAGES = Smem::kStages;
@@ -386,8 +373,7 @@ __device__ __forceinline__ void step_s_pv(ConsumerState<HS>& c, const Smem& sm, 
         c.m[0] = c.m[1] = -INFINITY;
         c.l[0] = c.l[1] = 0.0f;
     }
-    softmax_tile<FIRST, HALF_S ? 32 : 64, SKIP>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local,
-                                                c.lane);
+    softmax_tile<FIRST, HALF_S ? 32 : 64>(c.s, c.m, c.l, c.alpha, scale_log2, c.row_local, c.lane);
     wgmma_wait<0>();
     fence_operands(c.o);
     fence_operands(c.p);
@@ -421,10 +407,9 @@ __device__ __forceinline__ void step_pv(ConsumerState<HS>& c, const Smem& sm) {
 // next tile's Q is loaded during this one), and the output stored once it completes. With
 // HALF_DIAGONAL, warpgroup 0 computes only the first 64 keys of the diagonal tile (its rows are
 // 0 .. 63 of the tile: the other 64 keys are above the diagonal for all of them), half of its
-// S, exponentials and P V there (HALF: this warpgroup does so). SKIP: the diagonal tile's
-// softmax skips each warp's wholly masked key groups (softmax_tile).
+// S, exponentials and P V there (HALF: this warpgroup does so).
 template <int HS, int STAGES, int QBUF, bool PINGPONG, bool HALF_DIAGONAL, bool HALF,
-          bool CROSS_TILE, bool SKIP = false>
+          bool CROSS_TILE>
 __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* __restrict__ out,
                                  float* __restrict__ lse, int T, int NH, float scale_log2,
                                  const TileSchedule& sched) {
@@ -480,11 +465,10 @@ __device__ void forward_consumer(const ForwardSmem<HS, STAGES, QBUF>& sm, bf16* 
         if (CROSS_TILE && pending) {
             float inv[2];  // of the previous tile, whose m and l the step replaces
             finish(inv);
-            step_s_pv<HS, Smem, PINGPONG, true, HALF, false, SKIP>(c, sm, kv, qs, n == 1,
-                                                                   scale_log2);
+            step_s_pv<HS, Smem, PINGPONG, true, HALF, false>(c, sm, kv, qs, n == 1, scale_log2);
             store(inv);
         } else {
-            step_s<HS, Smem, PINGPONG, HALF, SKIP>(c, sm, kv, qs, n == 1, scale_log2);
+            step_s<HS, Smem, PINGPONG, HALF>(c, sm, kv, qs, n == 1, scale_log2);
         }
         c.pv = PendingPv{kv, t.bh, qb, true, HALF};
         pending = true;
@@ -636,7 +620,7 @@ __device__ void forward3_consumer(const Smem& sm, bf16* __restrict__ out, float*
 #endif  // LLMC_SM90A_DEVICE
 
 // Grid: TileSchedule (one tile per CTA, or one CTA per SM over pairs); kThreads threads.
-template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE, bool SKIP>
+template <int HS, int STAGES, bool PINGPONG, bool HALF_DIAGONAL, bool CROSS_TILE>
 __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     flash_attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap qkv_map,
                                         bf16* __restrict__ out,   // (B, T, C)
@@ -655,10 +639,10 @@ __global__ void __launch_bounds__(LLMC_SM90_LAUNCH_BOUND, 1)
     }
     setmaxnreg_inc<232>();
     if (HALF_DIAGONAL && threadIdx.x < 256) {  // warpgroup 0 of the consumers
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE,
-                         SKIP>(sm, out, lse, T, NH, scale_log2, sched);
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, HALF_DIAGONAL, CROSS_TILE>(
+            sm, out, lse, T, NH, scale_log2, sched);
     } else {
-        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE, SKIP>(
+        forward_consumer<HS, STAGES, kQBuf, PINGPONG, HALF_DIAGONAL, false, CROSS_TILE>(
             sm, out, lse, T, NH, scale_log2, sched);
     }
 #endif
@@ -711,8 +695,6 @@ struct ForwardVariant {
     int groups;  // consumer warpgroups: 2 (128-row tiles), 3 (192-row tiles; HS 64 only), or 0:
                  // the default's choice (forward_launch)
     const char* name;
-    bool skip_masked = false;  // the diagonal's masked key groups skipped (softmax_tile's SKIP)
-    int twin = -1;             // the variant whose bits this one must give (-1: none)
 };
 // Ring stages by head size: at HS = 64 a stage is half the bytes and a third stage lets TMA run
 // further ahead of the short key-tile iterations; at HS = 128 three stages leave no room for a
@@ -724,7 +706,7 @@ constexpr int kDefaultStages = HS == 64 ? 3 : 2;
 // ping-pong and the half diagonal as well it spills at HS = 64 too: no such variant.)
 template <int HS>
 constexpr bool kCrossTileHeadSize = HS == 64;
-constexpr int kForwardVariants = 14;
+constexpr int kForwardVariants = 13;
 // The default's choices (variant 0): at HS 64, where the 128-row tiles go in pairs, the next
 // tile's S beside the last P V (the consumers do not wait for a query tile's last P V); where
 // they go one per CTA (small grids), the three-warpgroup kernel. At HS 128, the older default.
@@ -752,8 +734,6 @@ constexpr ForwardVariant kVariants[kForwardVariants] = {
     {0, true, false, false, -1, 2,
      "128x128 tiles, 3 stages at HS 64 (2 at 128), ping-pong, pairs or tiles by balance (the "
      "default before 0's choice)"},
-    {0, true, false, true, -1, 2,
-     "as 11, the diagonal's masked key groups skipped by a branch (its bits)", true, 11},
 };
 
 template <typename Kernel>
@@ -793,8 +773,7 @@ void forward2_launch(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
     constexpr bool kCross = v.cross_tile && kCrossTileHeadSize<HS>;
     constexpr size_t smem = ForwardSmem < HS, kStages, kCross ? 2 : 1 > ::kDynamicBytes;
     auto* const kernel =
-        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross,
-                                            v.skip_masked>;
+        flash_attention_sm90_forward_kernel<HS, kStages, v.pingpong, v.half_diagonal, kCross>;
     static const bool smem_set = set_smem(kernel, smem);  // once: no attribute calls in capture
     (void)smem_set;
     const CUtensorMap map = make_row_tensor_map(qkv, B, T, 3 * NH, HS, kBM);
@@ -838,7 +817,7 @@ void forward_variant(const Context& ctx, int variant, bf16* out, float* lse, con
 bool image_has_sm90a_kernels() {
     cudaFuncAttributes attr{};
     const cudaError_t err = cudaFuncGetAttributes(
-        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false, false>);
+        &attr, flash_attention_sm90_forward_kernel<64, 2, true, false, false>);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();  // no image for this device: not an error of the caller's
         return false;
@@ -891,12 +870,6 @@ bool flash_attention_sm90_available(const Context& ctx, int HS) {
 }
 
 int flash_attention_sm90_forward_variants() { return kForwardVariants; }
-
-int flash_attention_sm90_forward_same_bits_as(int variant) {
-    LLMC_CHECK(variant >= 0 && variant < kForwardVariants,
-               "flash_attention_sm90_forward_same_bits_as: no variant %d.", variant);
-    return kVariants[variant].twin;
-}
 
 const char* flash_attention_sm90_forward_variant_name(int variant) {
     LLMC_CHECK(variant >= 0 && variant < kForwardVariants,

@@ -28,9 +28,6 @@ namespace llmc {
 // the default. Names for the benchmark's legend.
 int flash_attention_sm90_forward_variants();
 const char* flash_attention_sm90_forward_variant_name(int variant);
-// The variant whose out and lse this one must reproduce bit for bit (it differs only in how it
-// computes them), or -1 (dev/test_flash_attention checks the pairs).
-int flash_attention_sm90_forward_same_bits_as(int variant);
 
 // Checks flash_attention_sm90_available (fails with a message otherwise) and launches.
 void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float* lse,
