@@ -43,19 +43,11 @@ namespace llmc {
 
 // The tile counters (and the count of CTAs that ran out), one pair per mode; zero at load.
 // Outside the anonymous namespace: builds without the sm_90a kernel never reference them.
-__device__ int g_gelu_gemm_tile_next[4], g_gelu_gemm_tile_done[4];
+__device__ int g_gelu_gemm_tile_next[2], g_gelu_gemm_tile_done[2];
 
 namespace {
 
 typedef __nv_bfloat16 bf16;
-
-// The kernel's modes (its template parameter, and the index of its tile counter).
-enum Mode : int {
-    kGeluForward = 0,     // pre = acc + bias, out = gelu_tanh(pre)
-    kDgeluBackward = 1,   // dinp = acc * gelu_tanh_grad(pre), with the bias partials
-    kBiasForward = 2,     // out = acc (+ bias)
-    kResidualForward = 3  // out = acc (+ bias) + residual
-};
 
 // Three consumer warpgroups take the CTA's tiles in turn: at K = 768 a tile's epilogue (16K
 // elements through one warpgroup) takes longer than its main loop, so with two consumers the
@@ -97,7 +89,7 @@ __device__ __forceinline__ uint4 gelu_chunk(uint4 v) {
 }
 #endif
 
-template <int MODE>
+template <bool BACKWARD>
 __global__ void __launch_bounds__(kThreads, 1)
     gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
                      const __grid_constant__ CUtensorMap w_map,
@@ -106,11 +98,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                      float* __restrict__ bias_partial, int M, int N, int K) {
 #ifdef LLMC_SM90A_DEVICE
     using namespace sm90;
-    // BACKWARD: the weight MN-major; STAGED: a third operand's tile (pre, or the residual) is
-    // loaded into the consumer's staging buffer for its epilogue; PLAIN: out = the sum only.
-    constexpr bool BACKWARD = MODE == kDgeluBackward;
-    constexpr bool STAGED = BACKWARD || MODE == kResidualForward;
-    constexpr bool PLAIN = MODE == kBiasForward || MODE == kResidualForward;
     // Named barriers: 1 + c orders consumer c's main loop after the previous tile's,
     // 1 + kConsumers + c is consumer c's own (0 is __syncthreads').
     constexpr int kOrderBar = 1, kOwnBar = 1 + kConsumers;
@@ -152,8 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             prefetch_tensor_map(&a_map);
             prefetch_tensor_map(&w_map);
-            if (STAGED) prefetch_tensor_map(&pre_map);
-            int next = atomicAdd(&g_gelu_gemm_tile_next[MODE], 1);
+            if (BACKWARD) prefetch_tensor_map(&pre_map);
+            int next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
             for (int j = 0;; j++) {
                 const int t = next;
                 ids[j % kIdSlots] = t;
@@ -163,13 +150,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                         ids[(j + c) % kIdSlots] = t;
                         mbar_arrive(id_full(j + c));
                     }
-                    if (atomicAdd(&g_gelu_gemm_tile_done[MODE], 1) == (int)gridDim.x - 1) {
-                        g_gelu_gemm_tile_next[MODE] = 0;  // every CTA has taken its last index
-                        g_gelu_gemm_tile_done[MODE] = 0;
+                    if (atomicAdd(&g_gelu_gemm_tile_done[BACKWARD], 1) == (int)gridDim.x - 1) {
+                        g_gelu_gemm_tile_next[BACKWARD] = 0;  // every CTA has taken its last index
+                        g_gelu_gemm_tile_done[BACKWARD] = 0;
                     }
                     break;
                 }
-                next = atomicAdd(&g_gelu_gemm_tile_next[MODE], 1);
+                next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
                 const int m0 = (t / n_tiles) * kTile, n0 = (t % n_tiles) * kTile;
                 for (int kb = 0; kb < kblocks; kb++) {
                     const int g = j * kblocks + kb, s = g % kStages;
@@ -184,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         tma_load_4d(w_tile(s), &w_map, full(s), kb * kBK, 0, n0, 0);
                     }
                 }
-                if (STAGED) {  // this tile's pre or residual, into its consumer's staging buffer
+                if (BACKWARD) {  // this tile's pre, into its consumer's staging buffer
                     const int c = j % kConsumers, use = j / kConsumers;
                     mbar_wait(pre_free(c), (use & 1) ^ 1);
                     mbar_arrive_expect_tx(pre_full(c), kStagingBytes);
@@ -254,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (ids[(j + 1) % kIdSlots] < tiles)
             named_barrier_arrive(kOrderBar + (cw + 1) % kConsumers, 256);
         // Accumulator pass: element e of accumulator h is (row, col) of the tile as below.
-        if (STAGED) {
+        if (BACKWARD) {
             mbar_wait(pre_full(cw), (j / kConsumers) & 1);
         } else {
             named_barrier_sync(kOwnBar + cw, 128);  // the previous tile's chunk pass is done
@@ -271,17 +258,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                 if (BACKWARD) {
                     const float2 p = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(at));
                     x = acc[e] * gelu_tanh_grad(p.x), y = acc[e + 1] * gelu_tanh_grad(p.y);
-                } else if (PLAIN) {
-                    x = acc[e], y = acc[e + 1];
-                    if (bias != nullptr) {
-                        const float2 b = __bfloat1622float2(
-                            *reinterpret_cast<const __nv_bfloat162*>(bias + n0 + col));
-                        x += b.x, y += b.y;
-                    }
-                    if (MODE == kResidualForward) {
-                        const float2 r = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(at));
-                        x += r.x, y += r.y;
-                    }
                 } else {
                     const float2 b = __bfloat1622float2(
                         *reinterpret_cast<const __nv_bfloat162*>(bias + n0 + col));
@@ -313,16 +289,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                         __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[q]));
                     sums[2 * q] += f.x, sums[2 * q + 1] += f.y;
                 }
-            } else if (PLAIN) {
-                *reinterpret_cast<uint4*>(out + at) = v;
             } else {
                 *reinterpret_cast<uint4*>(pre + at) = v;
                 *reinterpret_cast<uint4*>(out + at) = gelu_chunk(v);
             }
-        }
-        if (MODE == kResidualForward) {  // the buffer is read: the next residual tile may come
-            named_barrier_sync(kOwnBar + cw, 128);
-            if (wt == 0) mbar_arrive(pre_free(cw));
         }
         if (BACKWARD) {
             // Lane l and l + 16 hold the same columns (rows of wt / 16 even and odd): add, then
@@ -350,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // Whether this binary holds the sm_90a image of the kernel (not in builds for other GPUs).
 bool image_has_kernel() {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gelu_gemm_kernel<kDgeluBackward>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, gelu_gemm_kernel<true>) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
@@ -358,13 +328,13 @@ bool image_has_kernel() {
 }
 #endif
 
-template <int MODE>
+template <bool BACKWARD>
 void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
             const CUtensorMap& pre_map, const floatX* bias, floatX* out, floatX* pre,
             float* bias_partial, int M, int N, int K) {
     static const bool set = [] {
         LLMC_CUDA_CHECK(cudaFuncSetAttribute(
-            gelu_gemm_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+            gelu_gemm_kernel<BACKWARD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
         return true;
     }();
     (void)set;
@@ -372,7 +342,7 @@ void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_m
     const int grid = std::min(tiles, ctx_num_sms(ctx));
     // Never a PDL launch (whatever ctx.pdl says): launched early behind its predecessor it ran
     // 10% slower at d12 B=64 (bench_gelu_gemm, H100: 659 against 600 us for the fc forward).
-    gelu_gemm_kernel<MODE><<<grid, kThreads, kSmem, ctx.stream>>>(
+    gelu_gemm_kernel<BACKWARD><<<grid, kThreads, kSmem, ctx.stream>>>(
         a_map, w_map, pre_map, reinterpret_cast<const bf16*>(bias), reinterpret_cast<bf16*>(out),
         reinterpret_cast<bf16*>(pre), bias_partial, M, N, K);
     LLMC_CUDA_CHECK_LAST();
@@ -380,13 +350,10 @@ void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_m
 
 }  // namespace
 
-namespace {
-
-// Whether the kernel can run this product here (device, image, build, shape, alignment).
-bool kernel_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
-                    std::initializer_list<const void*> pointers) {
+bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
+                       std::initializer_list<const void*> pointers) {
 #if defined(ENABLE_BF16)
-    if (ctx.props.major != 9 || ctx.props.minor != 0) return false;
+    if (ctx.gelu_gemm == 0 || ctx.props.major != 9 || ctx.props.minor != 0) return false;
     if (N <= 0 || out_cols % kTile != 0 || reduce_cols % kBK != 0 || reduce_cols <= 0) return false;
     for (const void* p : pointers) {
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
@@ -397,13 +364,6 @@ bool kernel_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
     (void)ctx, (void)N, (void)out_cols, (void)reduce_cols, (void)pointers;
     return false;  // the kernels are bf16's
 #endif
-}
-
-}  // namespace
-
-bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
-                       std::initializer_list<const void*> pointers) {
-    return ctx.gelu_gemm != 0 && kernel_applies(ctx, N, out_cols, reduce_cols, pointers);
 }
 
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
@@ -418,7 +378,7 @@ void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const float
                OC);
     const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
-    launch<kGeluForward>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
+    launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
 }
 
 int dgelu_bias_partial_rows(int N) { return (N + kTile - 1) / kTile; }
@@ -431,33 +391,7 @@ void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, 
     const CUtensorMap a_map = make_row_tensor_map(dout, 1, N, 1, OC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, IC, kTile);
-    launch<kDgeluBackward>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC,
-                           OC);
-}
-
-bool plain_gemm_chosen(const Context& ctx, bool bias, bool residual, int N, int IC, int OC,
-                       std::initializer_list<const void*> pointers) {
-    const unsigned product = residual
-                                 ? (IC <= OC ? kPlainGemmResidualShort : kPlainGemmResidualLong)
-                             : bias ? kPlainGemmBias
-                                    : 0u;
-    return (ctx.plain_gemm & product) != 0 && kernel_applies(ctx, N, OC, IC, pointers);
-}
-
-void plain_gemm_forward(const Context& ctx, floatX* out, const floatX* inp, const floatX* weight,
-                        const floatX* bias, const floatX* residual, int N, int IC, int OC) {
-    LLMC_CHECK(kernel_applies(ctx, N, OC, IC, {out, inp, weight, bias, residual}),
-               "plain_gemm_forward: not for this device, build or shape (N=%d IC=%d OC=%d)", N, IC,
-               OC);
-    const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
-    const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
-    if (residual != nullptr) {
-        const CUtensorMap res_map = make_row_tensor_map(residual, 1, N, 1, OC, kTile);
-        launch<kResidualForward>(ctx, a_map, w_map, res_map, bias, out, nullptr, nullptr, N, OC,
-                                 IC);
-    } else {
-        launch<kBiasForward>(ctx, a_map, w_map, w_map, bias, out, nullptr, nullptr, N, OC, IC);
-    }
+    launch<true>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC, OC);
 }
 
 }  // namespace llmc

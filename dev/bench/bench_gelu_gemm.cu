@@ -16,8 +16,7 @@
 // heuristic's first candidate and the fastest, with TFLOP/s = 2 m n k / time.
 //
 // Then our own kernels for the two products (matmul_sm90.cuh) against cuBLASLt's epilogues,
-// and our kernel's plain mode against cuBLASLt on the other forward products, through the
-// trainer's calls (below).
+// through the trainer's calls (below).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -26,7 +25,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include "context.cuh"
@@ -280,81 +278,6 @@ void run_ours(Context* ctx, int N) {
     if (!applies) std::printf("(our kernels do not apply here: both columns are cuBLASLt)\n");
 }
 
-// The plain forward products (matmul_forward without GELU, matmul_forward_residual) through the
-// trainer's calls, cuBLASLt's (ctx.plain_gemm 0) against ours (every bit), in three interleaved
-// rounds; the outputs compared between the two (test_matmul checks both against the CPU).
-void run_plain(Context* ctx, int N) {
-    struct Plain {
-        const char* name;
-        int IC, OC;
-        bool residual;
-    };
-    const Plain products[] = {
-        {"qkv + bias", kC, 3 * kC, false},
-        {"attention projection + bias + residual", kC, kC, true},
-        {"fcproj + bias + residual", 4 * kC, kC, true},
-    };
-    const unsigned saved = ctx->plain_gemm;
-    for (const Plain& p : products) {
-        Rng rng(N + p.OC);
-        const float ws = 1.7f / std::sqrt((float)p.IC);
-        DeviceBuffer<floatX> inp((size_t)N * p.IC), w((size_t)p.OC * p.IC), bias(p.OC),
-            res((size_t)N * p.OC);
-        auto random = [&](floatX* d, size_t n, float lo, float hi) {
-            std::vector<float> h(n);
-            fill_uniform(h, rng, lo, hi);
-            round_to_floatx(h);
-            upload(d, h);
-        };
-        random(inp.get(), (size_t)N * p.IC, -1.0f, 1.0f);
-        random(w.get(), (size_t)p.OC * p.IC, -ws, ws);
-        random(bias.get(), p.OC, -0.5f, 0.5f);
-        random(res.get(), (size_t)N * p.OC, -4.0f, 4.0f);
-        DeviceBuffer<floatX> out[2] = {DeviceBuffer<floatX>((size_t)N * p.OC),
-                                       DeviceBuffer<floatX>((size_t)N * p.OC)};
-        auto call = [&](int ours) {
-            ctx->plain_gemm = ours ? kPlainGemmAll : 0;
-            if (p.residual) {
-                matmul_forward_residual(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(),
-                                        res.get(), N, p.IC, p.OC);
-            } else {
-                matmul_forward(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(), N, p.IC,
-                               p.OC);
-            }
-        };
-        std::vector<float> t[2];
-        for (int round = 0; round < 3; round++) {
-            for (int ours = 0; ours < 2; ours++) {
-                poison(out[ours].get(), (size_t)N * p.OC);
-                t[ours].push_back(median_ms(*ctx, [&]() { call(ours); }));
-            }
-        }
-        ctx->plain_gemm = kPlainGemmAll;
-        const bool applies =
-            plain_gemm_chosen(*ctx, true, p.residual, N, p.IC, p.OC, {out[1].get()});
-        char name[160];
-        std::snprintf(name, sizeof(name), "N=%d %s: ours vs cuBLASLt", N, p.name);
-        // The same fp32 sums in another order, each rounded once to bf16.
-        check_close(name, download(out[1].get(), (size_t)N * p.OC),
-                    download(out[0].get(), (size_t)N * p.OC), 4e-3f, 1.6e-2f);
-        const double flops = 2.0 * N * p.IC * p.OC;
-        // The middle of the three rounds, and their range.
-        auto fmt = [&](std::vector<float> v) {
-            std::sort(v.begin(), v.end());
-            char b[96];
-            std::snprintf(b, sizeof(b), "%.1f us (%.0f TFLOP/s; %.1f-%.1f)", v[1] * 1e3,
-                          flops / v[1] / 1e9, v[0] * 1e3, v[2] * 1e3);
-            return std::string(b);
-        };
-        std::sort(t[0].begin(), t[0].end());
-        std::sort(t[1].begin(), t[1].end());
-        std::printf("| %d | %s | %s | %s | %.3f |%s\n", N, p.name, fmt(t[0]).c_str(),
-                    fmt(t[1]).c_str(), t[1][1] / t[0][1],
-                    applies ? "" : " (ours does not apply: both cuBLASLt)");
-    }
-    ctx->plain_gemm = saved;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -379,11 +302,6 @@ int main(int argc, char** argv) {
     std::printf("\nthe trainer's calls (matmul_sm90.cuh), median of 20:\n\n");
     std::printf("| rows | product | cuBLASLt | ours | ours / cuBLASLt |\n|---|---|---|---|---|\n");
     for (int N : rows) run_ours(&ctx, N);
-    std::printf(
-        "\nthe plain products (matmul_sm90.cuh, LLMC_PLAIN_GEMM), median of 20, the middle "
-        "of 3 interleaved rounds (their range):\n\n");
-    std::printf("| rows | product | cuBLASLt | ours | ours / cuBLASLt |\n|---|---|---|---|---|\n");
-    for (int N : rows) run_plain(&ctx, N);
     ctx.gelu_gemm = gelu_gemm;
     return test_summary("bench_gelu_gemm");
 }

@@ -142,12 +142,6 @@ done
 # for both.
 run test_gpt2cu_small_gelu_gemm1 env LLMC_GELU_GEMM=1 ./test_gpt2cu \
     --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin"
-# Every plain forward product on our sm_90 kernel (LLMC_PLAIN_GEMM, off by default): other bits,
-# which the reference checks bound; graphs on and off.
-for g in 1 0; do
-    run "test_gpt2cu_small_graph${g}_plain_gemm" env LLMC_PLAIN_GEMM=7 ./test_gpt2cu \
-        --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
-done
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
 
