@@ -117,7 +117,8 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->classifier_variant = env_int("LLMC_CLASSIFIER_VARIANT", 0, 1, 1);
     ctx->flash_fused_backward = env_int("LLMC_FLASH_FUSED_BACKWARD", 0, 2, 1);
     ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
-    ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 2, 2);
+    ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 3, 2);
+    ctx->plain_gemm = (unsigned)env_int("LLMC_PLAIN_GEMM", 0, 7, (int)Context().plain_gemm);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -145,7 +146,9 @@ std::string context_overlap_summary(const Context& ctx) {
            " | global norm variant " + std::to_string(ctx.global_norm_variant) + " | gelu gemm " +
            (ctx.gelu_gemm == 0   ? "cublaslt"
             : ctx.gelu_gemm == 1 ? "ours for dgelu"
-                                 : "ours");
+            : ctx.gelu_gemm == 2 ? "ours"
+                                 : "ours, the forward on 128 x 256 tiles") +
+           " | plain gemm mask " + std::to_string(ctx.plain_gemm);
 }
 
 bool context_switches_default(const Context& ctx) {
@@ -157,7 +160,7 @@ bool context_switches_default(const Context& ctx) {
            ctx.classifier_variant == defaults.classifier_variant &&
            ctx.flash_fused_backward == defaults.flash_fused_backward &&
            ctx.global_norm_variant == defaults.global_norm_variant &&
-           ctx.gelu_gemm == defaults.gelu_gemm;
+           ctx.gelu_gemm == defaults.gelu_gemm && ctx.plain_gemm == defaults.plain_gemm;
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

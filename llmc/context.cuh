@@ -84,8 +84,12 @@ struct Context {
     int global_norm_variant = 1;
     // The fc products around GELU (LLMC_GELU_GEMM, matmul_sm90.cuh): 0 cuBLASLt with its GELU
     // epilogues, 1 our own Hopper kernel for the DGELU product (with the fc bias gradient in
-    // its epilogue) where it applies, 2 our forward kernel too.
+    // its epilogue) where it applies, 2 our forward kernel too, 3 as 2 with the forward on the
+    // plain products' 128 x 256 kernel where its shape applies.
     int gelu_gemm = 2;
+    // The plain forward products (LLMC_PLAIN_GEMM, matmul_sm90.cuh): a mask of kPlainGemm* bits,
+    // those products on our Hopper kernel where it applies; 0: all on cuBLASLt.
+    unsigned plain_gemm = 0;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

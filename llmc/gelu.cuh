@@ -47,6 +47,19 @@ __device__ __forceinline__ float gelu_tanh_grad(float x) {
     const float du2 = fmaf(x2, 2.0f * kGeluScale * 3.0f * kGeluCube, 2.0f * kGeluScale);
     return s * fmaf(x * du2, 1.0f - s, 1.0f);
 }
+// gelu_tanh of the 8 bf16 values of a 16-byte chunk, each rounded to bf16 (our GELU GEMMs'
+// epilogues, matmul_sm90.cu and matmul_sm90_plain.cu).
+__device__ __forceinline__ uint4 gelu_chunk_bf16(uint4 v) {
+    uint4 g;
+    const __nv_bfloat162* in = reinterpret_cast<const __nv_bfloat162*>(&v);
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&g);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float2 f = __bfloat1622float2(in[q]);
+        o[q] = __floats2bfloat162_rn(gelu_tanh(f.x), gelu_tanh(f.y));
+    }
+    return g;
+}
 #endif
 
 }  // namespace llmc

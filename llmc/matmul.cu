@@ -583,6 +583,11 @@ void matmul_forward(const Context& ctx, floatX* out, const floatX* inp, const fl
         gelu_gemm_forward(ctx, out, pre_gelu, inp, weight, bias, N, IC, OC);
         return;
     }
+    if (pre_gelu == nullptr &&
+        plain_gemm_chosen(ctx, bias != nullptr, false, N, IC, OC, {out, inp, weight, bias})) {
+        plain_gemm_forward(ctx, out, inp, weight, bias, nullptr, N, IC, OC);
+        return;
+    }
     LtCall c{};
     c.m = OC, c.n = N, c.k = IC;
     c.transa = true, c.transb = false;
@@ -609,6 +614,11 @@ void matmul_forward_residual(const Context& ctx, floatX* out, const floatX* inp,
                IC, OC);
     LLMC_CHECK(residual != nullptr && residual != out && residual != inp,
                "matmul_forward_residual: the residual must be its own buffer, not out or inp");
+    if (plain_gemm_chosen(ctx, bias != nullptr, true, N, IC, OC,
+                          {out, inp, weight, bias, residual})) {
+        plain_gemm_forward(ctx, out, inp, weight, bias, residual, N, IC, OC);
+        return;
+    }
     LtCall c{};
     c.m = OC, c.n = N, c.k = IC;
     c.transa = true, c.transb = false;

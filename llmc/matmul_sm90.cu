@@ -74,21 +74,6 @@ constexpr size_t kSmem = 2 * kStages * kOperandBytes + kConsumers * kStagingByte
                          (2 * kStages + 2 * kConsumers + kIdSlots) * 8 + kIdSlots * 4 + 1024;
 static_assert(kSmem <= 227 * 1024, "over sm_90's shared memory per block");
 
-#ifdef LLMC_SM90A_DEVICE
-// gelu_tanh of the 8 bf16 values of a chunk.
-__device__ __forceinline__ uint4 gelu_chunk(uint4 v) {
-    uint4 g;
-    const uint32_t* in = reinterpret_cast<const uint32_t*>(&v);
-    uint32_t* o = reinterpret_cast<uint32_t*>(&g);
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&in[q]));
-        o[q] = sm90::pack_bf16(gelu_tanh(f.x), gelu_tanh(f.y));
-    }
-    return g;
-}
-#endif
-
 template <bool BACKWARD>
 __global__ void __launch_bounds__(kThreads, 1)
     gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
@@ -291,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             } else {
                 *reinterpret_cast<uint4*>(pre + at) = v;
-                *reinterpret_cast<uint4*>(out + at) = gelu_chunk(v);
+                *reinterpret_cast<uint4*>(out + at) = gelu_chunk_bf16(v);
             }
         }
         if (BACKWARD) {
@@ -368,7 +353,7 @@ bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
 
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
                               std::initializer_list<const void*> pointers) {
-    return ctx.gelu_gemm == 2 && gelu_gemm_applies(ctx, N, OC, IC, pointers);
+    return ctx.gelu_gemm >= 2 && gelu_gemm_applies(ctx, N, OC, IC, pointers);
 }
 
 void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,
@@ -376,6 +361,11 @@ void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const float
     LLMC_CHECK(gelu_gemm_applies(ctx, N, OC, IC, {out, pre, inp, weight, bias}),
                "gelu_gemm_forward: not for this device, build or shape (N=%d IC=%d OC=%d)", N, IC,
                OC);
+    if (ctx.gelu_gemm == 3 &&
+        gelu_gemm_wide_applies(ctx, N, IC, OC, {out, pre, inp, weight, bias})) {
+        gelu_gemm_forward_wide(ctx, out, pre, inp, weight, bias, N, IC, OC);
+        return;
+    }
     const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
     launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);

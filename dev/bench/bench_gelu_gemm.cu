@@ -1,8 +1,8 @@
 // bench_gelu_gemm.cu: cuBLASLt's GELU products of the MLP, each layout and epilogue timed over
 // every heuristic candidate, to find where their gap to a plain product comes from.
 //
-//   build/<prec>/dev/bench/bench_gelu_gemm [--rows N]... (default: 65536 and 4096, d12's B=64 and
-//   B=4 at T=1024)
+//   build/<prec>/dev/bench/bench_gelu_gemm [--rows N]... [--plain] (rows by default 65536 and 4096,
+//   d12's B=64 and B=4 at T=1024; --plain: the plain products' table alone)
 //
 // The products (C = 768, 4C = 3072, N rows; cuBLASLt's column-major terms, m x n = 4C x N):
 //   fc forward   out = inp W^T + b: A = W (4C x C row-major: op T), B = inp; epilogues BIAS
@@ -16,7 +16,8 @@
 // heuristic's first candidate and the fastest, with TFLOP/s = 2 m n k / time.
 //
 // Then our own kernels for the two products (matmul_sm90.cuh) against cuBLASLt's epilogues,
-// through the trainer's calls (below).
+// and our kernel's plain mode against cuBLASLt on the other forward products, through the
+// trainer's calls (below).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "context.cuh"
@@ -278,16 +280,114 @@ void run_ours(Context* ctx, int N) {
     if (!applies) std::printf("(our kernels do not apply here: both columns are cuBLASLt)\n");
 }
 
+// The plain forward products (matmul_forward without GELU, matmul_forward_residual) through the
+// trainer's calls, cuBLASLt's (ctx.plain_gemm 0) against ours (every bit), in three interleaved
+// rounds; the outputs compared between the two (test_matmul checks both against the CPU). The
+// last row is the fc forward with GELU, our 128 x 128 kernel (ctx.gelu_gemm 2) in the first
+// column against the 128 x 256 one (3).
+void run_plain(Context* ctx, int N) {
+    enum Kind { kBias, kRes, kGeluFc };
+    struct Plain {
+        const char* name;
+        int IC, OC;
+        Kind kind;
+    };
+    const Plain products[] = {
+        {"qkv + bias", kC, 3 * kC, kBias},
+        {"attention projection + bias + residual", kC, kC, kRes},
+        {"fcproj + bias + residual", 4 * kC, kC, kRes},
+        {"fc's shape + bias (no GELU)", kC, 4 * kC, kBias},
+        {"fc forward + bias + GELU, pre kept (first column: our 128 x 128 kernel)", kC, 4 * kC,
+         kGeluFc},
+    };
+    const unsigned saved = ctx->plain_gemm;
+    const int saved_gelu = ctx->gelu_gemm;
+    for (const Plain& p : products) {
+        Rng rng(N + p.OC);
+        const float ws = 1.7f / std::sqrt((float)p.IC);
+        DeviceBuffer<floatX> inp((size_t)N * p.IC), w((size_t)p.OC * p.IC), bias(p.OC),
+            res((size_t)N * p.OC);
+        auto random = [&](floatX* d, size_t n, float lo, float hi) {
+            std::vector<float> h(n);
+            fill_uniform(h, rng, lo, hi);
+            round_to_floatx(h);
+            upload(d, h);
+        };
+        random(inp.get(), (size_t)N * p.IC, -1.0f, 1.0f);
+        random(w.get(), (size_t)p.OC * p.IC, -ws, ws);
+        random(bias.get(), p.OC, -0.5f, 0.5f);
+        random(res.get(), (size_t)N * p.OC, -4.0f, 4.0f);
+        DeviceBuffer<floatX> out[2] = {DeviceBuffer<floatX>((size_t)N * p.OC),
+                                       DeviceBuffer<floatX>((size_t)N * p.OC)};
+        DeviceBuffer<floatX> pre[2] = {DeviceBuffer<floatX>((size_t)N * p.OC),
+                                       DeviceBuffer<floatX>((size_t)N * p.OC)};
+        auto call = [&](int ours) {
+            ctx->plain_gemm = ours ? kPlainGemmAll : 0;
+            if (p.kind == kGeluFc) {
+                ctx->gelu_gemm = ours ? 3 : 2;
+                matmul_forward(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(), N, p.IC, p.OC,
+                               pre[ours].get());
+            } else if (p.kind == kRes) {
+                matmul_forward_residual(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(),
+                                        res.get(), N, p.IC, p.OC);
+            } else {
+                matmul_forward(*ctx, out[ours].get(), inp.get(), w.get(), bias.get(), N, p.IC,
+                               p.OC);
+            }
+        };
+        std::vector<float> t[2];
+        for (int round = 0; round < 3; round++) {
+            for (int ours = 0; ours < 2; ours++) {
+                poison(out[ours].get(), (size_t)N * p.OC);
+                t[ours].push_back(median_ms(*ctx, [&]() { call(ours); }));
+            }
+        }
+        ctx->plain_gemm = kPlainGemmAll;
+        const bool applies =
+            p.kind == kGeluFc
+                ? gelu_gemm_wide_applies(*ctx, N, p.IC, p.OC, {out[1].get()})
+                : plain_gemm_chosen(*ctx, true, p.kind == kRes, N, p.IC, p.OC, {out[1].get()});
+        char name[160];
+        std::snprintf(name, sizeof(name), "N=%d %s: the two columns", N, p.name);
+        // The same fp32 sums in another order, each rounded once to bf16.
+        const std::vector<float> o1 = download(out[1].get(), (size_t)N * p.OC),
+                                 o0 = download(out[0].get(), (size_t)N * p.OC);
+        check_close(name, o1, o0, 4e-3f, 1.6e-2f);
+        const bool same_bits =
+            o1 == o0 && (p.kind != kGeluFc || download(pre[1].get(), (size_t)N * p.OC) ==
+                                                  download(pre[0].get(), (size_t)N * p.OC));
+        const double flops = 2.0 * N * p.IC * p.OC;
+        // The middle of the three rounds, and their range.
+        auto fmt = [&](std::vector<float> v) {
+            std::sort(v.begin(), v.end());
+            char b[96];
+            std::snprintf(b, sizeof(b), "%.1f us (%.0f TFLOP/s; %.1f-%.1f)", v[1] * 1e3,
+                          flops / v[1] / 1e9, v[0] * 1e3, v[2] * 1e3);
+            return std::string(b);
+        };
+        std::sort(t[0].begin(), t[0].end());
+        std::sort(t[1].begin(), t[1].end());
+        std::printf("| %d | %s | %s | %s | %.3f |%s%s\n", N, p.name, fmt(t[0]).c_str(),
+                    fmt(t[1]).c_str(), t[1][1] / t[0][1], same_bits ? " same bits" : "",
+                    applies ? "" : " (ours does not apply)");
+    }
+    ctx->plain_gemm = saved;
+    ctx->gelu_gemm = saved_gelu;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     skip_if_no_device();
     std::vector<int> rows;
+    bool plain_only = false;
     for (int i = 1; i < argc; i++) {
         if (std::strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
             rows.push_back(std::atoi(argv[++i]));
+        } else if (std::strcmp(argv[i], "--plain") == 0) {
+            plain_only = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--rows N]...\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--rows N]... [--plain]\n", argv[0]);
             return 2;
         }
     }
@@ -296,12 +396,20 @@ int main(int argc, char** argv) {
     context_init(&ctx, 0, /*tf32=*/false);
     const int gelu_gemm = ctx.gelu_gemm;
     std::printf("bench_gelu_gemm: %s, C=%d, %s\n\n", ctx.props.name, kC, kPrecisionName);
-    std::printf("| product | rows | candidates | heuristic's first | fastest | index |\n");
-    std::printf("|---|---|---|---|---|---|\n");
-    for (int N : rows) run_rows(ctx, N);
-    std::printf("\nthe trainer's calls (matmul_sm90.cuh), median of 20:\n\n");
+    if (!plain_only) {
+        std::printf("| product | rows | candidates | heuristic's first | fastest | index |\n");
+        std::printf("|---|---|---|---|---|---|\n");
+        for (int N : rows) run_rows(ctx, N);
+        std::printf("\nthe trainer's calls (matmul_sm90.cuh), median of 20:\n\n");
+        std::printf(
+            "| rows | product | cuBLASLt | ours | ours / cuBLASLt |\n|---|---|---|---|---|\n");
+        for (int N : rows) run_ours(&ctx, N);
+    }
+    std::printf(
+        "\nthe plain products (matmul_sm90.cuh, LLMC_PLAIN_GEMM), median of 20, the middle "
+        "of 3 interleaved rounds (their range):\n\n");
     std::printf("| rows | product | cuBLASLt | ours | ours / cuBLASLt |\n|---|---|---|---|---|\n");
-    for (int N : rows) run_ours(&ctx, N);
+    for (int N : rows) run_plain(&ctx, N);
     ctx.gelu_gemm = gelu_gemm;
     return test_summary("bench_gelu_gemm");
 }

@@ -25,10 +25,13 @@
 // fcproj", "GELU and DGELU without bias" (DGELU only) and the "GELU GEMM" ones reach them; the test
 // says which ran. Each linear case also runs matmul_backward (both halves in one call), the weight
 // half on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as
-// the split run, since the plan and the order of every sum are the same. The fp32 build runs
-// everything twice: TF32 off (the bounds below), then TF32 on in a second Context (its own plans)
-// with the bounds widened for TF32's rounding of the inputs. Without a GPU it exits 77 with "SKIP
-// <reason>" (test_device.h).
+// the split run, since the plan and the order of every sum are the same. The first run also
+// sets every bit of ctx.plain_gemm, so that the plain forward products whose shapes apply (output
+// width a multiple of 256: the qkv and attproj cases, fcproj's forward, the "plain GEMM" ones with
+// a bias; with the residual, those and the bias-free one) run on our plain kernel, against the
+// same bounds as cuBLASLt's. The fp32 build runs everything twice: TF32 off (the bounds below),
+// then TF32 on in a second Context (its own plans) with the bounds widened for TF32's rounding of
+// the inputs. Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -227,7 +230,12 @@ void test_forward_residual(const Context& ctx, const LinearCase& c, LinearDevice
         ref[i] = (float)((double)r.pre[i] + (double)d.res[i]);
         scale[i] = r.pre_scale[i] + std::fabs(d.res[i]);
     }
-    check_sum("forward", c.bias ? "out + residual (BIAS, C)" : "out + residual (DEFAULT, C)",
+    const bool ours = plain_gemm_chosen(ctx, c.bias, true, c.N, c.IC, c.OC,
+                                        {g->out.get(), g->inp.get(), g->w.get(), g->res.get()});
+    check_sum("forward",
+              ours     ? "out + residual (our sm90 kernel)"
+              : c.bias ? "out + residual (BIAS, C)"
+                       : "out + residual (DEFAULT, C)",
               download(g->out.get(), NO), ref, scale, c.IC, tf32);
     check_bitwise_equal("forward with residual: the residual unchanged", res_before,
                         download_bytes(g->res.get(), NO * sizeof(floatX)));
@@ -243,8 +251,13 @@ void test_forward(const Context& ctx, const LinearCase& c, LinearDevice* g, cons
                    c.N, c.IC, c.OC, c.gelu ? g->pre.get() : nullptr);
     const std::vector<float> out = download(g->out.get(), NO);
     if (!c.gelu) {
-        check_sum("forward", c.bias ? "out (BIAS)" : "out (DEFAULT)", out, r.pre, r.pre_scale, c.IC,
-                  tf32);
+        const bool ours = plain_gemm_chosen(ctx, c.bias, false, c.N, c.IC, c.OC,
+                                            {g->out.get(), g->inp.get(), g->w.get()});
+        check_sum("forward",
+                  ours     ? (c.bias ? "out (our sm90 kernel, bias)" : "out (our sm90 kernel)")
+                  : c.bias ? "out (BIAS)"
+                           : "out (DEFAULT)",
+                  out, r.pre, r.pre_scale, c.IC, tf32);
         test_forward_residual(ctx, c, g, d, r, tf32);
         return;
     }
@@ -551,6 +564,10 @@ void run_all(Context* ctx, bool tf32) {
         {"GELU GEMM, N not a multiple of 128", 333, 256, 384, true, true, true, false},
         {"GELU GEMM, GPT-2 1.5B fc", 130, 1600, 6400, true, true, false, false},
         {"GELU GEMM, GPT-2 1.5B fcproj", 130, 6400, 1600, true, false, true, false},
+        {"plain GEMM, N not a multiple of 128", 333, 192, 256, true, false, false, false},
+        {"plain GEMM without bias, rows under a tile", 77, 128, 512, false, false, false, false},
+        {"plain GEMM, one k-block, tiles over the SMs", 9000, 64, 1024, true, false, false, false},
+        {"GELU GEMM on 128 x 256 tiles, rows past a tile", 333, 128, 512, true, true, false, false},
     };
     uint64_t seed = 1000;
     for (const LinearCase& c : linear) test_linear(ctx, c, seed++, tf32);
@@ -567,15 +584,18 @@ void run_all(Context* ctx, bool tf32) {
 
 int main() {
     skip_if_no_device();
-    // LLMC_GELU_GEMM=2 (both of our GELU kernels where they apply), then 0 (cuBLASLt's
-    // epilogues): the default, 1, takes one of each. The fp32 build has cuBLASLt's only.
-    for (int gelu_gemm : {2, 0}) {
-        if (gelu_gemm == 0 && sizeof(floatX) == 4) break;
+    // LLMC_GELU_GEMM=3 (the fc forward on the 128 x 256 kernel where its shape applies), 2 (both
+    // of our GELU kernels where they apply) with every plain product on our kernel too, then 0
+    // with none (cuBLASLt's epilogues): the default GELU setting, 1, takes one of each. The fp32
+    // build has cuBLASLt's only, and runs once.
+    for (int gelu_gemm : {3, 2, 0}) {
+        if (gelu_gemm != 2 && sizeof(floatX) == 4) continue;
         Context ctx;
         context_init(&ctx, 0, /*tf32=*/false);
         ctx.gelu_gemm = gelu_gemm;
-        std::printf("test_matmul: %s build%s, gelu gemm %d\n", kPrecisionName,
-                    sizeof(floatX) == 4 ? ", TF32 off" : "", gelu_gemm);
+        ctx.plain_gemm = gelu_gemm == 2 ? kPlainGemmAll : 0;
+        std::printf("test_matmul: %s build%s, gelu gemm %d, plain gemm mask %u\n", kPrecisionName,
+                    sizeof(floatX) == 4 ? ", TF32 off" : "", gelu_gemm, ctx.plain_gemm);
         run_all(&ctx, false);
     }
     if (sizeof(floatX) == 4) {

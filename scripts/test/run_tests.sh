@@ -142,6 +142,13 @@ done
 # for both.
 run test_gpt2cu_small_gelu_gemm1 env LLMC_GELU_GEMM=1 ./test_gpt2cu \
     --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin"
+# The 128 x 256 kernel (matmul_sm90_plain.cu, off by default) for every product whose output
+# width is a multiple of 256: at the small dump's C = 128 that is the fc forward with GELU
+# (LLMC_GELU_GEMM=3; test_matmul runs the plain products at GPT-2's widths); graphs on and off.
+for g in 1 0; do
+    run "test_gpt2cu_small_graph${g}_wide_gemm" env LLMC_PLAIN_GEMM=7 LLMC_GELU_GEMM=3 ./test_gpt2cu \
+        --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
+done
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
 
