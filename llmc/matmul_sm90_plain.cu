@@ -19,11 +19,13 @@
 //     K-major) into a ring of kStages stages, each with a "full" mbarrier (TMA bytes) and an
 //     "empty" one (the eight consumer warps); with a residual, after a tile's k-blocks, each
 //     consumer's 64 x 256 block of the residual into that consumer's staging buffer, once the
-//     buffer has drained. Warps 1-3 are the epilogue warps: for each tile, once both
-//     consumers' blocks are staged, one thread stores the buffers by TMA (four 64 x 64 boxes
-//     each; rows past M are not written), waits until the stores have read them and marks them
-//     drained. For the fc forward the blocks are pre: stored first, then the 96 threads take
-//     gelu_tanh of them in place by 16-byte chunks, and the result is stored as out.
+//     buffer has drained. Warps 1-3 are the epilogue warps: for each tile and consumer in turn,
+//     once its block is staged, one thread stores the buffer by TMA (four 64 x 64 boxes; rows
+//     past M are not written), waits until the stores have read it and marks it drained. For the
+//     fc forward the block is pre: stored first, then the 96 threads take gelu_tanh of it in
+//     place by 16-byte chunks, and the result is stored as out. (For the fc forward this is
+//     slower than the GELU kernel's 128 x 128 tiles: the epilogue warps take longer than a
+//     main loop; docs/perf-log.md.)
 //   two consumer warpgroups (224 registers), consumer c taking rows 64 c .. 64 c + 63 of every
 //     tile: the main loop (one m64n256k16 accumulator, 128 registers); then, once the buffer has
 //     drained (or the residual is in it), acc (+ bias) (+ the residual) rounded to bf16 into it
@@ -146,47 +148,44 @@ __global__ void __launch_bounds__(kThreads, 1)
                 prefetch_tensor_map(&out_map);
                 if (MODE == kGelu) prefetch_tensor_map(&aux_map);
             }
-            // The block's four 64 x 64 boxes from consumer c's buffer to `map` (one thread).
+            // The block's four 64 x 64 boxes from consumer c's buffer to `map`, and the wait
+            // until the stores have read it (one thread).
             auto store = [&](const CUtensorMap* map, int c, int m0, int n0) {
 #pragma unroll
                 for (int cb = 0; cb < kBN / 64; cb++) {
                     tma_store_4d(map, staging(c) + cb * kRowsPerConsumer * kRowBytes, n0 + 64 * cb,
                                  0, m0 + kRowsPerConsumer * c, 0);
                 }
+                bulk_commit();
+                bulk_wait_read_all();
             };
             for (int t = blockIdx.x, u = 0; t < tiles; t += gridDim.x, u++) {
                 const int m0 = (t / n_tiles) * kBM, n0 = (t % n_tiles) * kBN;
-                // Both blocks out (pre, for the fc forward), one wait for the stores' reads.
-                if (MODE == kGelu || et == 0) {
-                    for (int c = 0; c < kConsumers; c++) {
-                        mbar_wait(staged(c), u & 1);
-                        if (et == 0) store(MODE == kGelu ? &aux_map : &out_map, c, m0, n0);
+                for (int c = 0; c < kConsumers; c++) {
+                    if (MODE != kGelu) {
+                        if (et == 0) {
+                            mbar_wait(staged(c), u & 1);
+                            store(&out_map, c, m0, n0);
+                            mbar_arrive(drained(c));
+                        }
+                        continue;
                     }
-                }
-                if (et == 0) {
-                    bulk_commit();
-                    bulk_wait_read_all();
-                }
-                if (MODE == kGelu) {
-                    // gelu_tanh of both blocks in place (any order: element-wise) by 16-byte
-                    // chunks, then out.
+                    // pre out first; then gelu_tanh(pre) in place (any order: element-wise),
+                    // by 16-byte chunks, and out.
+                    mbar_wait(staged(c), u & 1);
+                    if (et == 0) store(&aux_map, c, m0, n0);
                     named_barrier_sync(kEpilogueBar, kEpilogueThreads);  // pre has been read
-                    unsigned char* const buf = smem_raw + (staging0 - raw);
-                    for (int q = et; q < (int)(kConsumers * kStagingBytes / 16);
-                         q += kEpilogueThreads) {
+                    unsigned char* const buf = smem_raw + (staging(c) - raw);
+                    for (int q = et; q < (int)(kStagingBytes / 16); q += kEpilogueThreads) {
                         uint4* at = reinterpret_cast<uint4*>(buf + 16 * q);
                         *at = gelu_chunk_bf16(*at);
                     }
                     fence_proxy_async_shared();
                     named_barrier_sync(kEpilogueBar, kEpilogueThreads);  // the GELU is in place
                     if (et == 0) {
-                        for (int c = 0; c < kConsumers; c++) store(&out_map, c, m0, n0);
-                        bulk_commit();
-                        bulk_wait_read_all();
+                        store(&out_map, c, m0, n0);
+                        mbar_arrive(drained(c));
                     }
-                }
-                if (et == 0) {
-                    for (int c = 0; c < kConsumers; c++) mbar_arrive(drained(c));
                 }
             }
             if (et == 0) bulk_wait_all();  // the last stores complete before the CTA's memory goes
