@@ -301,18 +301,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-#if defined(ENABLE_BF16)
-// Whether this binary holds the sm_90a image of the kernel (not in builds for other GPUs).
-bool image_has_kernel() {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gelu_gemm_kernel<true>) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    return attr.binaryVersion == 90;
-}
-#endif
-
 template <bool BACKWARD>
 void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
             const CUtensorMap& pre_map, const floatX* bias, floatX* out, floatX* pre,
@@ -343,7 +331,7 @@ bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
     for (const void* p : pointers) {
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
     }
-    static const bool image = image_has_kernel();
+    static const bool image = has_sm90a_image(gelu_gemm_kernel<true>);
     return image;
 #else
     (void)ctx, (void)N, (void)out_cols, (void)reduce_cols, (void)pointers;

@@ -254,18 +254,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-#if defined(ENABLE_BF16)
-// Whether this binary holds the sm_90a image of the kernel (not in builds for other GPUs).
-bool image_has_kernel() {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, plain_gemm_kernel<kPlain>) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    return attr.binaryVersion == 90;
-}
-#endif
-
 bool kernel_applies(const Context& ctx, int N, int OC, int IC,
                     std::initializer_list<const void*> pointers) {
 #if defined(ENABLE_BF16)
@@ -274,7 +262,7 @@ bool kernel_applies(const Context& ctx, int N, int OC, int IC,
     for (const void* p : pointers) {
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
     }
-    static const bool image = image_has_kernel();
+    static const bool image = has_sm90a_image(plain_gemm_kernel<kPlain>);
     return image;
 #else
     (void)ctx, (void)N, (void)OC, (void)IC, (void)pointers;

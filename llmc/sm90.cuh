@@ -23,6 +23,7 @@
 #pragma once
 #include <cuda.h>  // CUtensorMap and its enums (types only; no libcuda link, see make_row_tensor_map)
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -34,6 +35,18 @@ namespace llmc {
 // a box are zero-filled: they never read the next batch's rows. cols a multiple of 64, base
 // 16-byte aligned. The encoder comes from the driver through cudaGetDriverEntryPointByVersion.
 CUtensorMap make_row_tensor_map(const void* base, int B, int T, int heads, int cols, int box_rows);
+
+// Host: whether this binary holds the sm_90a image of `kernel` (builds for other GPUs do not;
+// a failed query is cleared and reads as no).
+template <typename Kernel>
+bool has_sm90a_image(Kernel kernel) {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return attr.binaryVersion == 90;
+}
 
 namespace sm90 {
 
