@@ -99,7 +99,7 @@ LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -ldl -lpthread
 #   layer device: context.cuh launch.cuh device_utils.cuh step_trace.cuh
 #   layer ops: adamw.cuh attention.cuh classifier.cuh encoder.cuh flash_attention.cuh
 #     + flash_attention_sm90.cuh flash_attention_sm90_backward.cu gelu.cuh global_norm.cuh
-#     + layernorm.cuh matmul.cuh matmul_sm90.cuh
+#     + layernorm.cuh matmul.cuh matmul_sm90.cuh matmul_sm90_plain.cu
 #   layer model: gpt2.cuh gpt2_eval.cuh
 #   layer training: optimizer.cuh multi_gpu.cuh train_step.cuh checkpoint.cuh sampler.cuh
 #     + hellaswag_eval.cuh
