@@ -59,6 +59,7 @@ constexpr int kConsumers = 2;
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3, kThreads = 128 * (1 + kConsumers);
 constexpr int kRowsPerConsumer = kBM / kConsumers;  // 64: one m64 wgmma a k-slice
 constexpr int kEpilogueThreads = 96;
+static_assert(kEpilogueThreads == 128 - 32, "the epilogue warps are warpgroup 0's warps 1-3");
 // The launch gives every thread 168 registers (65536 / 384, in steps of 8); setmaxnreg moves
 // them between warpgroups, and an increase that the decreases do not cover waits forever.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224, kLaunchRegs = 168;
@@ -68,6 +69,7 @@ constexpr uint32_t kABytes = kBM * kBK * 2;                     // one A stage (
 constexpr uint32_t kWBytes = kBN * kBK * 2;                     // one weight stage (32 KiB)
 constexpr uint32_t kStagingBytes = kRowsPerConsumer * kBN * 2;  // a consumer's 64 x 256 (32 KiB)
 constexpr int kConsumerWarps = 4 * kConsumers;
+static_assert(32 * kConsumerWarps + 128 == kThreads, "the consumer warps are all but warpgroup 0");
 constexpr size_t kSmem = kStages * (kABytes + kWBytes) + kConsumers * kStagingBytes +
                          (2 * kStages + 3 * kConsumers) * 8 + 1024;
 static_assert(kSmem <= 227 * 1024, "over sm_90's shared memory per block");
