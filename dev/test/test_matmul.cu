@@ -25,13 +25,13 @@
 // fcproj", "GELU and DGELU without bias" (DGELU only) and the "GELU GEMM" ones reach them; the test
 // says which ran. Each linear case also runs matmul_backward (both halves in one call), the weight
 // half on the branch stream (kBranchGemms), and the whole backward again: all bitwise the same as
-// the split run, since the plan and the order of every sum are the same. The first run also
-// sets every bit of ctx.plain_gemm, so that the plain forward products whose shapes apply (output
-// width a multiple of 256: the qkv and attproj cases, fcproj's forward, the "plain GEMM" ones with
-// a bias; with the residual, those and the bias-free one) run on our plain kernel, against the
-// same bounds as cuBLASLt's. The fp32 build runs everything twice: TF32 off (the bounds below),
-// then TF32 on in a second Context (its own plans) with the bounds widened for TF32's rounding of
-// the inputs. Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
+// the split run, since the plan and the order of every sum are the same. The run with gelu gemm
+// 2 also sets every bit of ctx.plain_gemm, so that the plain forward products whose shapes apply
+// (output width a multiple of 256: the qkv and attproj cases, fcproj's forward, the "plain GEMM"
+// ones with a bias; with the residual, those and the bias-free one) run on our plain kernel,
+// against the same bounds as cuBLASLt's. The fp32 build runs everything twice: TF32 off (the bounds
+// below), then TF32 on in a second Context (its own plans) with the bounds widened for TF32's
+// rounding of the inputs. Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
