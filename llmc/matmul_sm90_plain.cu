@@ -22,10 +22,10 @@
 //     buffer has drained. Warps 1-3 are the epilogue warps: for each tile and consumer in turn,
 //     once its block is staged, one thread stores the buffer by TMA (four 64 x 64 boxes; rows
 //     past M are not written), waits until the stores have read it and marks it drained. For the
-//     fc forward the block is pre: stored first, then the 96 threads take gelu_tanh of it in
-//     place by 16-byte chunks, and the result is stored as out. (For the fc forward this is
-//     slower than the GELU kernel's 128 x 128 tiles: the epilogue warps take longer than a
-//     main loop; docs/perf-log.md.)
+//     fc forward the block is pre: one thread stores it by TMA while the 96 threads take
+//     gelu_tanh of it by 16-byte chunks and write those to out in global memory directly, and
+//     the buffer drains once both have read it. (For the fc forward this is still slower than
+//     the GELU kernel's 128 x 128 tiles; docs/perf-log.md.)
 //   two consumer warpgroups (224 registers), consumer c taking rows 64 c .. 64 c + 63 of every
 //     tile: the main loop (one m64n256k16 accumulator, 128 registers); then, once the buffer has
 //     drained (or the residual is in it), acc (+ bias) (+ the residual) rounded to bf16 into it
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap w_map,
                       const __grid_constant__ CUtensorMap out_map,
                       const __grid_constant__ CUtensorMap aux_map, const bf16* __restrict__ bias,
-                      int M, int N, int K) {
+                      bf16* __restrict__ out, int M, int N, int K) {
 #ifdef LLMC_SM90A_DEVICE
     using namespace sm90;
     constexpr int kEpilogueBar = 1;  // the epilogue warps' named barrier (0 is __syncthreads')
@@ -150,16 +150,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                 prefetch_tensor_map(&out_map);
                 if (MODE == kGelu) prefetch_tensor_map(&aux_map);
             }
-            // The block's four 64 x 64 boxes from consumer c's buffer to `map`, and the wait
-            // until the stores have read it (one thread).
-            auto store = [&](const CUtensorMap* map, int c, int m0, int n0) {
+            // The block's four 64 x 64 boxes from consumer c's buffer to `map`, and (with
+            // `wait`) the wait until the stores have read it (one thread).
+            auto store = [&](const CUtensorMap* map, int c, int m0, int n0, bool wait) {
 #pragma unroll
                 for (int cb = 0; cb < kBN / 64; cb++) {
                     tma_store_4d(map, staging(c) + cb * kRowsPerConsumer * kRowBytes, n0 + 64 * cb,
                                  0, m0 + kRowsPerConsumer * c, 0);
                 }
                 bulk_commit();
-                bulk_wait_read_all();
+                if (wait) bulk_wait_read_all();
             };
             for (int t = blockIdx.x, u = 0; t < tiles; t += gridDim.x, u++) {
                 const int m0 = (t / n_tiles) * kBM, n0 = (t % n_tiles) * kBN;
@@ -167,25 +167,33 @@ __global__ void __launch_bounds__(kThreads, 1)
                     if (MODE != kGelu) {
                         if (et == 0) {
                             mbar_wait(staged(c), u & 1);
-                            store(&out_map, c, m0, n0);
+                            store(&out_map, c, m0, n0, /*wait=*/true);
                             mbar_arrive(drained(c));
                         }
                         continue;
                     }
-                    // pre out first; then gelu_tanh(pre) in place (any order: element-wise),
-                    // by 16-byte chunks, and out.
+                    // pre out by TMA; while those stores read the buffer, gelu_tanh(pre) from it
+                    // by 16-byte chunks straight to out in global memory (no second store from
+                    // shared memory to wait for); the buffer drains once both have read it.
                     mbar_wait(staged(c), u & 1);
-                    if (et == 0) store(&aux_map, c, m0, n0);
-                    named_barrier_sync(kEpilogueBar, kEpilogueThreads);  // pre has been read
-                    unsigned char* const buf = smem_raw + (staging(c) - raw);
+                    if (et == 0) store(&aux_map, c, m0, n0, /*wait=*/false);
+                    const unsigned char* const buf = smem_raw + (staging(c) - raw);
+                    const int row0 = m0 + kRowsPerConsumer * c;
+#pragma unroll 2
                     for (int q = et; q < (int)(kStagingBytes / 16); q += kEpilogueThreads) {
-                        uint4* at = reinterpret_cast<uint4*>(buf + 16 * q);
-                        *at = gelu_chunk_bf16(*at);
+                        // Chunk q: column block q / (64 rows * 8), row (q / 8) % 64, and
+                        // 8-column group (q % 8) ^ (row % 8) in the 128-byte swizzle.
+                        const int r = (q / 8) % kRowsPerConsumer;
+                        const int col = (q / (kRowsPerConsumer * 8)) * 64 + ((q % 8) ^ (r % 8)) * 8;
+                        const uint4 v = *reinterpret_cast<const uint4*>(buf + 16 * q);
+                        if (row0 + r < M) {
+                            *reinterpret_cast<uint4*>(out + (size_t)(row0 + r) * N + n0 + col) =
+                                gelu_chunk_bf16(v);
+                        }
                     }
-                    fence_proxy_async_shared();
-                    named_barrier_sync(kEpilogueBar, kEpilogueThreads);  // the GELU is in place
+                    named_barrier_sync(kEpilogueBar, kEpilogueThreads);  // all have read it
                     if (et == 0) {
-                        store(&out_map, c, m0, n0);
+                        bulk_wait_read_all();  // and so have pre's stores
                         mbar_arrive(drained(c));
                     }
                 }
@@ -274,8 +282,8 @@ bool kernel_applies(const Context& ctx, int N, int OC, int IC,
 
 template <int MODE>
 void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
-            const CUtensorMap& out_map, const CUtensorMap& aux_map, const floatX* bias, int M,
-            int N, int K) {
+            const CUtensorMap& out_map, const CUtensorMap& aux_map, const floatX* bias, floatX* out,
+            int M, int N, int K) {
     static const bool set = [] {
         LLMC_CUDA_CHECK(cudaFuncSetAttribute(
             plain_gemm_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
@@ -285,7 +293,8 @@ void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_m
     const int tiles = ((M + kBM - 1) / kBM) * (N / kBN);
     const int grid = std::min(tiles, ctx_num_sms(ctx));
     plain_gemm_kernel<MODE><<<grid, kThreads, kSmem, ctx.stream>>>(
-        a_map, w_map, out_map, aux_map, reinterpret_cast<const bf16*>(bias), M, N, K);
+        a_map, w_map, out_map, aux_map, reinterpret_cast<const bf16*>(bias),
+        reinterpret_cast<bf16*>(out), M, N, K);
     LLMC_CUDA_CHECK_LAST();
 }
 
@@ -310,9 +319,9 @@ void plain_gemm_forward(const Context& ctx, floatX* out, const floatX* inp, cons
     const CUtensorMap out_map = make_row_tensor_map(out, 1, N, 1, OC, kRowsPerConsumer);
     if (residual != nullptr) {
         const CUtensorMap res_map = make_row_tensor_map(residual, 1, N, 1, OC, kRowsPerConsumer);
-        launch<kResidual>(ctx, a_map, w_map, out_map, res_map, bias, N, OC, IC);
+        launch<kResidual>(ctx, a_map, w_map, out_map, res_map, bias, out, N, OC, IC);
     } else {
-        launch<kPlain>(ctx, a_map, w_map, out_map, out_map, bias, N, OC, IC);
+        launch<kPlain>(ctx, a_map, w_map, out_map, out_map, bias, out, N, OC, IC);
     }
 }
 
@@ -330,7 +339,7 @@ void gelu_gemm_forward_wide(const Context& ctx, floatX* out, floatX* pre, const 
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBN);
     const CUtensorMap out_map = make_row_tensor_map(out, 1, N, 1, OC, kRowsPerConsumer);
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, OC, kRowsPerConsumer);
-    launch<kGelu>(ctx, a_map, w_map, out_map, pre_map, bias, N, OC, IC);
+    launch<kGelu>(ctx, a_map, w_map, out_map, pre_map, bias, out, N, OC, IC);
 }
 
 }  // namespace llmc
