@@ -291,12 +291,18 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias, bool accumulate_dbias) {
+                        int NH, floatX* dbias, bool accumulate_dbias, bool row_stats_given) {
     NvtxRange range("attention_backward");
     check_sizes("attention_backward", scratch, B, T, C, NH);
     flash_attention_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, C / NH, 0, 0, dbias,
-                             FlashPath::kAuto, accumulate_dbias);
+                             FlashPath::kAuto, accumulate_dbias, row_stats_given);
     return dbias != nullptr;
+}
+
+bool attention_backward_row_stats(const Context& ctx, void* scratch, int B, int T, int C, int NH,
+                                  float** lse2, float** d) {
+    return C % NH == 0 &&
+           flash_attention_backward_row_stats(ctx, scratch, B, T, NH, C / NH, lse2, d);
 }
 
 #else
@@ -318,10 +324,16 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* /*dbias: left to the caller*/, bool /*accumulate_dbias*/) {
+                        int NH, floatX* /*dbias: left to the caller*/, bool /*accumulate_dbias*/,
+                        bool row_stats_given) {
     NvtxRange range("attention_backward");
+    LLMC_CHECK(!row_stats_given, "attention_backward: the fp32 build takes no row statistics");
     attention_backward_cublas(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
     return false;
+}
+
+bool attention_backward_row_stats(const Context&, void*, int, int, int, int, float**, float**) {
+    return false;  // the cuBLASLt path has no row statistics
 }
 
 #endif

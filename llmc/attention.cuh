@@ -32,7 +32,16 @@ void attention_forward(const Context& ctx, floatX* out, float* lse, void* scratc
 
 bool attention_backward(const Context& ctx, floatX* dqkv, void* scratch, const floatX* dout,
                         const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
-                        int NH, floatX* dbias = nullptr, bool accumulate_dbias = true);
+                        int NH, floatX* dbias = nullptr, bool accumulate_dbias = true,
+                        bool row_stats_given = false);
+
+// Whether attention_backward can take the fused backward's row statistics as given
+// (row_stats_given), written beforehand into scratch where *lse2 and *d point: lse * log2(e) and
+// dout . out per (b, head, t), each (B, NH, T) floats (row_stats_gemm_backward, matmul_sm90.cuh,
+// writes them with dout). The bf16 build's fused Hopper backward at this shape, T a multiple of
+// 64; false otherwise (the pointers then unset).
+bool attention_backward_row_stats(const Context& ctx, void* scratch, int B, int T, int C, int NH,
+                                  float** lse2, float** d);
 
 // The cuBLASLt path in either build (the fp32 build's attention_*; the benchmark compares it
 // with flash in the bf16 build). Its scratch holds two T x T score areas per (b, h).

@@ -119,6 +119,7 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->global_norm_variant = env_int("LLMC_GLOBAL_NORM_VARIANT", 0, 1, 1);
     ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 3, 2);
     ctx->plain_gemm = (unsigned)env_int("LLMC_PLAIN_GEMM", 0, 7, (int)Context().plain_gemm);
+    ctx->row_stats_gemm = env_int("LLMC_ROW_STATS_GEMM", 0, 1, Context().row_stats_gemm);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -148,7 +149,8 @@ std::string context_overlap_summary(const Context& ctx) {
             : ctx.gelu_gemm == 1 ? "ours for dgelu"
             : ctx.gelu_gemm == 2 ? "ours"
                                  : "ours, the forward on 128 x 256 tiles") +
-           " | plain gemm mask " + std::to_string(ctx.plain_gemm);
+           " | plain gemm mask " + std::to_string(ctx.plain_gemm) + " | row stats " +
+           (ctx.row_stats_gemm ? "in the attproj gemm" : "own pass");
 }
 
 bool context_switches_default(const Context& ctx) {
@@ -160,7 +162,8 @@ bool context_switches_default(const Context& ctx) {
            ctx.classifier_variant == defaults.classifier_variant &&
            ctx.flash_fused_backward == defaults.flash_fused_backward &&
            ctx.global_norm_variant == defaults.global_norm_variant &&
-           ctx.gelu_gemm == defaults.gelu_gemm && ctx.plain_gemm == defaults.plain_gemm;
+           ctx.gelu_gemm == defaults.gelu_gemm && ctx.plain_gemm == defaults.plain_gemm &&
+           ctx.row_stats_gemm == defaults.row_stats_gemm;
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

@@ -1216,11 +1216,18 @@ bool flash_attention_fused_backward_chosen(const Context& ctx, int B, int T, int
            tiles >= (long long)kFusedMinTilesPerSm * ctx_num_sms(ctx);
 }
 
+bool flash_attention_backward_row_stats(const Context& ctx, void* scratch, int B, int T, int NH,
+                                        int HS, float** lse2, float** d) {
+    if (T % 64 != 0 || !flash_attention_fused_backward_chosen(ctx, B, T, NH, HS)) return false;
+    flash_attention_sm90_row_stats(scratch, B, T, NH, HS, lse2, d);
+    return true;
+}
+
 // dQ first: its kernel also writes D, which the dK/dV kernel reads.
 void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, const bf16* dout,
                               const bf16* qkv, const bf16* out, const float* lse, int B, int T,
                               int NH, int HS, int dq_variant, int dkdv_variant, bf16* dbias,
-                              FlashPath path, bool accumulate_dbias) {
+                              FlashPath path, bool accumulate_dbias, bool row_stats_given) {
     NvtxRange range("flash_attention_backward");
     const void* ptrs[] = {dqkv, scratch, dout, qkv, out, lse};
     check_args("flash_attention_backward", B, T, NH, HS, ptrs, 6);
@@ -1237,9 +1244,13 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
                    "flash_attention_backward: the fused backward's variant is the dk/dv one "
                    "(0 or 1; dq 0), not %d / %d.",
                    dq_variant, dkdv_variant);
+        LLMC_CHECK(!row_stats_given || fused,
+                   "flash_attention_backward: given row statistics need the fused backward");
         const BiasPartials parts = flash_attention_sm90_backward(
             ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr, dq_variant,
-            dkdv_variant, fused ? kBackwardFused : kBackwardDq | kBackwardDkdv);
+            dkdv_variant,
+            fused ? kBackwardFused | (row_stats_given ? kBackwardStatsGiven : 0u)
+                  : kBackwardDq | kBackwardDkdv);
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C, accumulate_dbias);
@@ -1247,6 +1258,8 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
         }
         return;
     }
+    LLMC_CHECK(!row_stats_given,
+               "flash_attention_backward: given row statistics need the fused Hopper backward");
     LLMC_CHECK(dq_variant >= 0 && dq_variant < kDqVariants && dkdv_variant >= 0 &&
                    dkdv_variant < kDkdvVariants,
                "flash_attention_backward: no variant %d / %d.", dq_variant, dkdv_variant);

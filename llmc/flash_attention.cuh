@@ -67,6 +67,13 @@ void flash_attention_backward(const Context& ctx, __nv_bfloat16* dqkv, void* scr
                               const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                               int HS, int dq_variant = 0, int dkdv_variant = 0,
                               __nv_bfloat16* dbias = nullptr, FlashPath path = FlashPath::kAuto,
-                              bool accumulate_dbias = true);
+                              bool accumulate_dbias = true, bool row_stats_given = false);
+
+// Whether flash_attention_backward (path kAuto) can take its row statistics as given
+// (row_stats_given), written beforehand where *lse2 and *d point in scratch (lse * log2(e) and
+// dout . out, each (B, NH, T) floats): the fused Hopper backward runs at this shape and T is a
+// multiple of 64. Sets the pointers only where true.
+bool flash_attention_backward_row_stats(const Context& ctx, void* scratch, int B, int T, int NH,
+                                        int HS, float** lse2, float** d);
 
 }  // namespace llmc

@@ -46,14 +46,21 @@ void flash_attention_sm90_forward(const Context& ctx, __nv_bfloat16* out, float*
 // the fused backward (flash_attention_sm90_backward.cu, "fused dq + dk/dv": one kernel computes
 // dk, dv and a float dq accumulator, added in a fixed order), the variants ignored: dk, dv and
 // the dk/dv bias partials are bitwise the two kernels' (the same GEMMs and sums), dq and its
-// bias partials are summed in another order.
+// bias partials are summed in another order. With kBackwardStatsGiven besides kBackwardFused, the
+// fused backward takes the row statistics (lse2 and D) as already written into scratch, where
+// flash_attention_sm90_row_stats points (by row_stats_gemm_backward, matmul_sm90.cuh), instead of
+// computing them; T must be a multiple of 64 (their rows are then unpadded).
 struct BiasPartials {
     float* q;
     int rows_q;
     float* kv;
     int rows_kv;
 };
-constexpr unsigned kBackwardDq = 1, kBackwardDkdv = 2, kBackwardFused = 4;
+constexpr unsigned kBackwardDq = 1, kBackwardDkdv = 2, kBackwardFused = 4, kBackwardStatsGiven = 8;
+// Where the fused backward reads its row statistics in scratch: lse2 = lse * log2(e) and D =
+// dout . out, each (B, NH, T) floats for T a multiple of 64.
+void flash_attention_sm90_row_stats(void* scratch, int B, int T, int NH, int HS, float** lse2,
+                                    float** d);
 bool flash_attention_sm90_backward_available(const Context& ctx, int HS);
 size_t flash_attention_sm90_scratch_bytes(int B, int T, int NH, int HS);
 int flash_attention_sm90_backward_variants();

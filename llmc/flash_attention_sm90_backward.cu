@@ -1295,6 +1295,7 @@ struct BackwardArgs {
     BiasPartials parts;
     int B, T, NH;
     float scale, scale_log2;
+    bool stats_given = false;  // the fused backward: lse2 and D already in scratch
 };
 
 template <int HS, int V>
@@ -1356,9 +1357,11 @@ void fused_launch(const Context& ctx, const BackwardArgs& a) {
     LLMC_CUDA_CHECK(
         cudaMemsetAsync(a.sc.flags, 0, flag_count(a.B, a.T, a.NH) * sizeof(int), ctx.stream));
     // Two threads a row: a multiple of 128 threads, since T_pad is a multiple of 64.
-    backward_row_stats_kernel<HS><<<(unsigned)(heads * T_pad * 2 / 128), 128, 0, ctx.stream>>>(
-        a.sc.lse2, a.sc.d, a.dout, a.out, a.lse, a.T, a.NH);
-    LLMC_CUDA_CHECK_LAST();
+    if (!a.stats_given) {
+        backward_row_stats_kernel<HS><<<(unsigned)(heads * T_pad * 2 / 128), 128, 0, ctx.stream>>>(
+            a.sc.lse2, a.sc.d, a.dout, a.out, a.lse, a.T, a.NH);
+        LLMC_CUDA_CHECK_LAST();
+    }
     const int grid = (int)std::min<long long>(total, ctx_num_sms(ctx));
     int* const ticket = a.sc.flags + (flag_count(a.B, a.T, a.NH) - 1);
     kernel<<<grid, kThreads, smem, ctx.stream>>>(
@@ -1392,6 +1395,7 @@ BiasPartials backward_hs(const Context& ctx, bf16* dqkv, void* scratch, const bf
     a.scale = 1.0f / sqrtf((float)HS);
     a.scale_log2 = kLog2e * a.scale;
     if (kernels & kBackwardFused) {  // one variant
+        a.stats_given = (kernels & kBackwardStatsGiven) != 0;
         fused_launch<HS>(ctx, a);
         return a.parts;
     }
@@ -1427,6 +1431,15 @@ const char* flash_attention_sm90_backward_variant_name(int variant) {
     return kBwdVariants[variant].name;
 }
 
+void flash_attention_sm90_row_stats(void* scratch, int B, int T, int NH, int HS, float** lse2,
+                                    float** d) {
+    LLMC_CHECK(T > 0 && T % kStatsPad == 0,
+               "flash_attention_sm90_row_stats: T=%d is not a multiple of %d", T, kStatsPad);
+    const Scratch s = split_scratch(scratch, B, T, NH, HS);
+    *lse2 = s.lse2;
+    *d = s.d;
+}
+
 BiasPartials flash_attention_sm90_backward(const Context& ctx, bf16* dqkv, void* scratch,
                                            const bf16* dout, const bf16* qkv, const bf16* out,
                                            const float* lse, int B, int T, int NH, int HS,
@@ -1441,6 +1454,11 @@ BiasPartials flash_attention_sm90_backward(const Context& ctx, bf16* dqkv, void*
     LLMC_CHECK(dq_variant >= 0 && dq_variant < kBackwardVariants && dkdv_variant >= 0 &&
                    dkdv_variant < kBackwardVariants,
                "flash_attention_sm90_backward: no variant %d / %d.", dq_variant, dkdv_variant);
+    LLMC_CHECK(
+        !(kernels & kBackwardStatsGiven) || ((kernels & kBackwardFused) && T % kStatsPad == 0),
+        "flash_attention_sm90_backward: given row statistics need the fused backward and T "
+        "a multiple of %d (T=%d)",
+        kStatsPad, T);
     return backward_hs<64>(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, bias, dq_variant,
                            dkdv_variant, kernels);
 }

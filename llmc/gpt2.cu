@@ -13,6 +13,7 @@
 #include "gpt2.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "matmul_sm90.cuh"
 #include "nvtx.h"
 
 namespace llmc {
@@ -124,16 +125,20 @@ cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, bool accu
                             const floatX* dout, const floatX* inp, const floatX* weight, int N,
                             int IC, int OC, const floatX* pre_gelu = nullptr,
                             floatX* gelu_dbias = nullptr, float* gelu_dbias_scratch = nullptr,
-                            bool* gelu_done = nullptr) {
+                            bool* gelu_done = nullptr, const RowStatsTarget* row_stats = nullptr) {
     cudaEvent_t done = nullptr;
     if (weight_on_branch) {
         matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true,
                                accumulate);
         done = branch_mark(ctx);
     }
-    const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu,
-                                             gelu_dbias, gelu_dbias_scratch, accumulate);
-    if (gelu_done != nullptr) *gelu_done = fused;
+    if (row_stats != nullptr) {  // inp is the attention output the statistics are taken with
+        row_stats_gemm_backward(ctx, dinp, *row_stats, dout, weight, inp, N, IC, OC);
+    } else {
+        const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu,
+                                                 gelu_dbias, gelu_dbias_scratch, accumulate);
+        if (gelu_done != nullptr) *gelu_done = fused;
+    }
     if (!weight_on_branch) {
         matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, false,
                                accumulate);
@@ -393,15 +398,25 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
                            a.ln2_rstd.at(l), N, C, g[kAttprojb] + at(kAttprojb, l),
                            reduces_on_branch, accumulate);
         ln_reduced = mark_if(reduces_on_branch);
-        // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output.
+        // Attention: dresidual is now dL/d(residual2), the gradient of the attproj output. Its
+        // input gradient (datty) may also write the attention backward's row statistics.
+        RowStatsTarget stats{};
+        stats.lse = a.att_lse.at(l), stats.T = T, stats.NH = NH;
+        const bool stats_in_gemm =
+            ctx.row_stats_gemm != 0 &&
+            attention_backward_row_stats(ctx, a.att_scratch, B, T, C, NH, &stats.lse2, &stats.d) &&
+            row_stats_gemm_applies(ctx, N, C, C, T, NH,
+                                   {a.datty, a.dresidual, p[kAttprojw] + at(kAttprojw, l),
+                                    a.atty.at(l), stats.d, stats.lse2, stats.lse});
         cudaEvent_t attproj_weight_done = linear_backward(
             ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
             /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
-            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C);
+            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C, nullptr, nullptr, nullptr,
+            nullptr, stats_in_gemm ? &stats : nullptr);
         floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
-                               a.att_lse.at(l), B, T, C, NH, dqkvb, accumulate);
+                               a.att_lse.at(l), B, T, C, NH, dqkvb, accumulate, stats_in_gemm);
         if (recompute >= 2) {
             branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,

@@ -1,13 +1,14 @@
 // matmul_sm90.cu: the GELU GEMMs of matmul_sm90.cuh on wgmma with TMA loads (building blocks in
 // sm90.cuh; written from the PTX ISA and the CUDA programming guide).
 //
-// One kernel, two modes. A CTA (one per SM, persistent) takes output tiles of kTile x kTile
-// from a global counter (tile t: m tile t / n_tiles, n tile t % n_tiles, so the CTAs in flight
-// share the weight through L2) until they run out: a CTA that starts late, behind a kernel on
-// the graph branch that holds some SMs, takes fewer tiles instead of finishing last. The
-// counter resets itself (the last CTA to run out zeroes it), one per mode: a mode's launches
-// run one at a time (ctx.stream). Which CTA computes a tile changes nothing in its bits. Its
-// 512 threads:
+// One kernel, three modes (forward, DGELU backward, and the attention projection's backward with
+// the flash backward's row statistics: kForward, kDgelu, kRowStats). A CTA (one per SM, persistent)
+// takes output tiles of kTile x kTile from a global counter (tile t: m tile t / n_tiles, n tile t %
+// n_tiles, so the CTAs in flight share the weight through L2) until they run out: a CTA that starts
+// late, behind a kernel on the graph branch that holds some SMs, takes fewer tiles instead of
+// finishing last. The counter resets itself (the last CTA to run out zeroes it), one per mode: a
+// mode's launches run one at a time (ctx.stream). Which CTA computes a tile changes nothing in its
+// bits. Its 512 threads:
 //   producer warpgroup (one issuing thread, 24 registers): takes the tiles (the next one's
 //     index fetched while this one's loads go out) and hands their indices to the consumers
 //     through a ring of kIdSlots shared slots (an mbarrier each); for each tile, the
@@ -15,8 +16,9 @@
 //     (forward: 128 rows of weight, K-major; backward: 64 k-rows x 128 columns of weight,
 //     MN-major, the wgmma transpose bit set) into a ring of kStages stages, each with a "full"
 //     mbarrier (TMA bytes) and an "empty" one (the four warps of the consumer reading it);
-//     backward, after a tile's k-blocks, that tile's 128 x 128 block of pre into its consumer's
-//     staging buffer (its own full / free pair), so that it is there when the epilogue starts.
+//     backward, after a tile's k-blocks, that tile's 128 x 128 block of pre (kRowStats: of the
+//     attention output) into its consumer's staging buffer (its own full / free pair), so that
+//     it is there when the epilogue starts.
 //   three consumer warpgroups (160 registers), consumer c taking the CTA's tiles c, c + 3, ...:
 //     the main loop (two m64n128k16 accumulators, rows 0-63 and 64-127 of the tile, 128
 //     registers), the consumers' main loops one after the other in tile order (a named barrier
@@ -30,9 +32,15 @@
 //         columns over its 16 rows; those sums are added across the warpgroup in a fixed order
 //         (through the staging buffer, once read) into the tile's row of bias_partial (matmul.cu
 //         adds the rows up).
+//       kRowStats: dinp = acc rounded to bf16, in place over the attention output in the buffer,
+//         and D = dinp . out per row and head: in the accumulator pass each thread sums its
+//         16 products of a (row, head) (column order), then the four threads of a row add theirs
+//         by two shuffles (xor 1, then 2); lse2 = lse * log2(e) beside it. Then dinp by 16-byte
+//         chunks to global memory.
 #include <algorithm>
 #include <cstdint>
 
+#include "device_utils.cuh"
 #include "gelu.cuh"
 #include "launch.cuh"
 #include "matmul_sm90.cuh"
@@ -43,11 +51,15 @@ namespace llmc {
 
 // The tile counters (and the count of CTAs that ran out), one pair per mode; zero at load.
 // Outside the anonymous namespace: builds without the sm_90a kernel never reference them.
-__device__ int g_gelu_gemm_tile_next[2], g_gelu_gemm_tile_done[2];
+__device__ int g_gelu_gemm_tile_next[3], g_gelu_gemm_tile_done[3];
 
 namespace {
 
 typedef __nv_bfloat16 bf16;
+
+constexpr int kForward = 0, kDgelu = 1, kRowStats = 2;
+// kRowStats: a 128-column tile holds whole heads of this many channels.
+constexpr int kStatsHeadSize = 64;
 
 // Three consumer warpgroups take the CTA's tiles in turn: at K = 768 a tile's epilogue (16K
 // elements through one warpgroup) takes longer than its main loop, so with two consumers the
@@ -74,15 +86,17 @@ constexpr size_t kSmem = 2 * kStages * kOperandBytes + kConsumers * kStagingByte
                          (2 * kStages + 2 * kConsumers + kIdSlots) * 8 + kIdSlots * 4 + 1024;
 static_assert(kSmem <= 227 * 1024, "over sm_90's shared memory per block");
 
-template <bool BACKWARD>
+template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
     gelu_gemm_kernel(const __grid_constant__ CUtensorMap a_map,
                      const __grid_constant__ CUtensorMap w_map,
                      const __grid_constant__ CUtensorMap pre_map, const bf16* __restrict__ bias,
                      bf16* __restrict__ out, bf16* __restrict__ pre,
-                     float* __restrict__ bias_partial, int M, int N, int K) {
+                     float* __restrict__ bias_partial, const RowStatsTarget stats, int M, int N,
+                     int K) {
 #ifdef LLMC_SM90A_DEVICE
     using namespace sm90;
+    constexpr bool BACKWARD = MODE != kForward;
     // Named barriers: 1 + c orders consumer c's main loop after the previous tile's,
     // 1 + kConsumers + c is consumer c's own (0 is __syncthreads').
     constexpr int kOrderBar = 1, kOwnBar = 1 + kConsumers;
@@ -125,7 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             prefetch_tensor_map(&a_map);
             prefetch_tensor_map(&w_map);
             if (BACKWARD) prefetch_tensor_map(&pre_map);
-            int next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
+            int next = atomicAdd(&g_gelu_gemm_tile_next[MODE], 1);
             for (int j = 0;; j++) {
                 const int t = next;
                 ids[j % kIdSlots] = t;
@@ -135,13 +149,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                         ids[(j + c) % kIdSlots] = t;
                         mbar_arrive(id_full(j + c));
                     }
-                    if (atomicAdd(&g_gelu_gemm_tile_done[BACKWARD], 1) == (int)gridDim.x - 1) {
-                        g_gelu_gemm_tile_next[BACKWARD] = 0;  // every CTA has taken its last index
-                        g_gelu_gemm_tile_done[BACKWARD] = 0;
+                    if (atomicAdd(&g_gelu_gemm_tile_done[MODE], 1) == (int)gridDim.x - 1) {
+                        g_gelu_gemm_tile_next[MODE] = 0;  // every CTA has taken its last index
+                        g_gelu_gemm_tile_done[MODE] = 0;
                     }
                     break;
                 }
-                next = atomicAdd(&g_gelu_gemm_tile_next[BACKWARD], 1);
+                next = atomicAdd(&g_gelu_gemm_tile_next[MODE], 1);
                 const int m0 = (t / n_tiles) * kTile, n0 = (t % n_tiles) * kTile;
                 for (int kb = 0; kb < kblocks; kb++) {
                     const int g = j * kblocks + kb, s = g % kStages;
@@ -231,6 +245,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
             named_barrier_sync(kOwnBar + cw, 128);  // the previous tile's chunk pass is done
         }
+        // kRowStats: this thread's partial D of (accumulator h, fragment row i, head of the tile).
+        float dsum[2][2][kTile / kStatsHeadSize];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int i = 0; i < 2 * kTile / kStatsHeadSize; i++) dsum[h][i / 2][i % 2] = 0.0f;
+        }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float* acc = h == 0 ? acc0 : acc1;
@@ -240,6 +261,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                 uint32_t* at =
                     reinterpret_cast<uint32_t*>(staging_ptr + swizzled_offset(kTile, row, col));
                 float x, y;
+                if (MODE == kRowStats) {
+                    const uint32_t d = pack_bf16(acc[e], acc[e + 1]);
+                    const float2 o = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(at));
+                    const float2 df =
+                        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&d));
+                    dsum[h][(e / 2) % 2][col / kStatsHeadSize] += df.x * o.x + df.y * o.y;
+                    *at = d;
+                    continue;
+                }
                 if (BACKWARD) {
                     const float2 p = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(at));
                     x = acc[e] * gelu_tanh_grad(p.x), y = acc[e + 1] * gelu_tanh_grad(p.y);
@@ -249,6 +279,29 @@ __global__ void __launch_bounds__(kThreads, 1)
                     x = acc[e] + b.x, y = acc[e + 1] + b.y;
                 }
                 *at = pack_bf16(x, y);
+            }
+        }
+        if (MODE == kRowStats) {
+            // The four threads of a row (lanes 4 r .. 4 r + 3) add their sums; the first writes.
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+#pragma unroll
+                    for (int hd = 0; hd < kTile / kStatsHeadSize; hd++) {
+                        float& sum = dsum[h][i][hd];
+                        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                        const int row = m0 + 64 * h + frag_row(wt, 2 * i);
+                        if (lane % 4 == 0 && row < M) {
+                            const int b = row / stats.T, t = row % stats.T;
+                            const long long bh =
+                                (long long)b * stats.NH + (n0 / kStatsHeadSize + hd);
+                            stats.d[bh * stats.T + t] = sum;
+                            stats.lse2[bh * stats.T + t] = stats.lse[bh * stats.T + t] * kLog2e;
+                        }
+                    }
+                }
             }
         }
         named_barrier_sync(kOwnBar + cw, 128);  // the whole tile is in the buffer
@@ -265,7 +318,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                             swizzled_offset(kTile, row, 8 * chunk));
             if (m0 + row >= M) continue;
             const size_t at = (size_t)(m0 + row) * N + n0 + 8 * chunk;
-            if (BACKWARD) {
+            if (MODE == kRowStats) {
+                *reinterpret_cast<uint4*>(out + at) = v;
+            } else if (BACKWARD) {
                 *reinterpret_cast<uint4*>(out + at) = v;
                 const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
@@ -279,7 +334,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *reinterpret_cast<uint4*>(out + at) = gelu_chunk_bf16(v);
             }
         }
-        if (BACKWARD) {
+        if (MODE == kRowStats) {
+            named_barrier_sync(kOwnBar + cw, 128);  // the buffer is read: free for the next tile
+            if (wt == 0) mbar_arrive(pre_free(cw));
+        } else if (BACKWARD) {
             // Lane l and l + 16 hold the same columns (rows of wt / 16 even and odd): add, then
             // the four warps' sums in warp order.
 #pragma unroll
@@ -301,13 +359,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <bool BACKWARD>
+template <int MODE>
 void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_map,
             const CUtensorMap& pre_map, const floatX* bias, floatX* out, floatX* pre,
-            float* bias_partial, int M, int N, int K) {
+            float* bias_partial, const RowStatsTarget& stats, int M, int N, int K) {
     static const bool set = [] {
         LLMC_CUDA_CHECK(cudaFuncSetAttribute(
-            gelu_gemm_kernel<BACKWARD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
+            gelu_gemm_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmem));
         return true;
     }();
     (void)set;
@@ -315,28 +373,38 @@ void launch(const Context& ctx, const CUtensorMap& a_map, const CUtensorMap& w_m
     const int grid = std::min(tiles, ctx_num_sms(ctx));
     // Never a PDL launch (whatever ctx.pdl says): launched early behind its predecessor it ran
     // 10% slower at d12 B=64 (bench_gelu_gemm, H100: 659 against 600 us for the fc forward).
-    gelu_gemm_kernel<BACKWARD><<<grid, kThreads, kSmem, ctx.stream>>>(
+    gelu_gemm_kernel<MODE><<<grid, kThreads, kSmem, ctx.stream>>>(
         a_map, w_map, pre_map, reinterpret_cast<const bf16*>(bias), reinterpret_cast<bf16*>(out),
-        reinterpret_cast<bf16*>(pre), bias_partial, M, N, K);
+        reinterpret_cast<bf16*>(pre), bias_partial, stats, M, N, K);
     LLMC_CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+namespace {
+
+// Whether the kernel runs here (device, build, image) on this shape, whatever the switches say.
+bool kernel_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
+                    std::initializer_list<const void*> pointers) {
+#if defined(ENABLE_BF16)
+    if (ctx.props.major != 9 || ctx.props.minor != 0) return false;
+    if (N <= 0 || out_cols % kTile != 0 || reduce_cols % kBK != 0 || reduce_cols <= 0) return false;
+    for (const void* p : pointers) {
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    }
+    static const bool image = has_sm90a_image(gelu_gemm_kernel<kDgelu>);
+    return image;
+#else
+    (void)ctx, (void)N, (void)out_cols, (void)reduce_cols, (void)pointers;
+    return false;  // the kernels are bf16's
+#endif
 }
 
 }  // namespace
 
 bool gelu_gemm_applies(const Context& ctx, int N, int out_cols, int reduce_cols,
                        std::initializer_list<const void*> pointers) {
-#if defined(ENABLE_BF16)
-    if (ctx.gelu_gemm == 0 || ctx.props.major != 9 || ctx.props.minor != 0) return false;
-    if (N <= 0 || out_cols % kTile != 0 || reduce_cols % kBK != 0 || reduce_cols <= 0) return false;
-    for (const void* p : pointers) {
-        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-    }
-    static const bool image = has_sm90a_image(gelu_gemm_kernel<true>);
-    return image;
-#else
-    (void)ctx, (void)N, (void)out_cols, (void)reduce_cols, (void)pointers;
-    return false;  // the kernels are bf16's
-#endif
+    return ctx.gelu_gemm != 0 && kernel_applies(ctx, N, out_cols, reduce_cols, pointers);
 }
 
 bool gelu_gemm_forward_chosen(const Context& ctx, int N, int IC, int OC,
@@ -356,7 +424,8 @@ void gelu_gemm_forward(const Context& ctx, floatX* out, floatX* pre, const float
     }
     const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kTile);
-    launch<false>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, N, OC, IC);
+    launch<kForward>(ctx, a_map, w_map, w_map, bias, out, pre, nullptr, RowStatsTarget{}, N, OC,
+                     IC);
 }
 
 int dgelu_bias_partial_rows(int N) { return (N + kTile - 1) / kTile; }
@@ -369,7 +438,29 @@ void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, 
     const CUtensorMap a_map = make_row_tensor_map(dout, 1, N, 1, OC, kTile);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, IC, kTile);
-    launch<true>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial, N, IC, OC);
+    launch<kDgelu>(ctx, a_map, w_map, pre_map, nullptr, dinp, nullptr, bias_partial,
+                   RowStatsTarget{}, N, IC, OC);
+}
+
+bool row_stats_gemm_applies(const Context& ctx, int N, int IC, int OC, int T, int NH,
+                            std::initializer_list<const void*> pointers) {
+    return T > 0 && N % T == 0 && NH > 0 && IC == NH * kStatsHeadSize &&
+           kernel_applies(ctx, N, IC, OC, pointers);
+}
+
+void row_stats_gemm_backward(const Context& ctx, floatX* dinp, const RowStatsTarget& stats,
+                             const floatX* dout, const floatX* weight, const floatX* out, int N,
+                             int IC, int OC) {
+    LLMC_CHECK(row_stats_gemm_applies(ctx, N, IC, OC, stats.T, stats.NH,
+                                      {dinp, dout, weight, out, stats.d, stats.lse2, stats.lse}),
+               "row_stats_gemm_backward: not for this device, build or shape (N=%d IC=%d OC=%d "
+               "T=%d NH=%d)",
+               N, IC, OC, stats.T, stats.NH);
+    const CUtensorMap a_map = make_row_tensor_map(dout, 1, N, 1, OC, kTile);
+    const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBK);
+    const CUtensorMap out_map = make_row_tensor_map(out, 1, N, 1, IC, kTile);
+    launch<kRowStats>(ctx, a_map, w_map, out_map, nullptr, dinp, nullptr, nullptr, stats, N, IC,
+                      OC);
 }
 
 }  // namespace llmc

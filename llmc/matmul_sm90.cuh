@@ -65,6 +65,25 @@ bool gelu_gemm_wide_applies(const Context& ctx, int N, int IC, int OC,
 void gelu_gemm_forward_wide(const Context& ctx, floatX* out, floatX* pre, const floatX* inp,
                             const floatX* weight, const floatX* bias, int N, int IC, int OC);
 
+// The attention projection's input gradient with the flash backward's row statistics
+// (flash_attention_sm90_backward.cu) in its epilogue: dinp (N, IC) = dout (N, OC) @ weight
+// (OC, IC) rounded to bf16 (overwritten), and for row n = b T + t of dinp and head h (channels
+// [64 h, 64 h + 64) of it, IC = NH * 64): d[(b NH + h) T + t] = that head's slice of the rounded
+// dinp . out's (out (N, IC): the attention output), summed in fp32 in a fixed order, and
+// lse2[same] = lse[same] * log2(e). Where row_stats_gemm_applies: gelu_gemm_applies' rules for
+// the product, N a multiple of T, 64-channel heads.
+struct RowStatsTarget {
+    float* d = nullptr;
+    float* lse2 = nullptr;
+    const float* lse = nullptr;
+    int T = 0, NH = 0;
+};
+bool row_stats_gemm_applies(const Context& ctx, int N, int IC, int OC, int T, int NH,
+                            std::initializer_list<const void*> pointers);
+void row_stats_gemm_backward(const Context& ctx, floatX* dinp, const RowStatsTarget& stats,
+                             const floatX* dout, const floatX* weight, const floatX* out, int N,
+                             int IC, int OC);
+
 // Rows of bias_partial for N rows of dinp (each of IC floats).
 int dgelu_bias_partial_rows(int N);
 void dgelu_gemm_backward(const Context& ctx, floatX* dinp, float* bias_partial, const floatX* dout,

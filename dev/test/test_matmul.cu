@@ -31,7 +31,10 @@
 // ones with a bias; with the residual, those and the bias-free one) run on our plain kernel,
 // against the same bounds as cuBLASLt's. The fp32 build runs everything twice: TF32 off (the bounds
 // below), then TF32 on in a second Context (its own plans) with the bounds widened for TF32's
-// rounding of the inputs. Without a GPU it exits 77 with "SKIP <reason>" (test_device.h).
+// rounding of the inputs. The gelu gemm 2 run also checks row_stats_gemm_backward (the attention
+// projection's input gradient with the flash backward's row statistics, test_row_stats) at d12's
+// attproj shape and two awkward ones. Without a GPU it exits 77 with "SKIP <reason>"
+// (test_device.h).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -544,6 +547,95 @@ void test_batched(const Context& ctx, const BatchedCase& c, uint64_t seed, bool 
     }
 }
 
+// row_stats_gemm_backward (matmul_sm90.cuh): dinp = dout @ w against the CPU's product (the
+// DEFAULT bounds), D per (b, head, t) against the sums in double of the dinp it wrote times out
+// (fp32 sums of 64 exact products: the accumulation bound at K = 64), lse2 = lse * log2(e) bit
+// for bit (one fp32 multiply on either side), every output over poison, and a second run's
+// bits. Where the kernel does not apply (not an sm_90 device, the fp32 build) it says so.
+void test_row_stats(const Context& ctx, const char* name, int B, int T, int NH, int OC,
+                    uint64_t seed) {
+    const int C = NH * 64, N = B * T;
+    const size_t NC = (size_t)N * C, stats = (size_t)B * NH * T;
+    Rng rng(seed);
+    std::vector<float> dout((size_t)N * OC), w((size_t)OC * C), out(NC), lse(stats);
+    fill_uniform(dout, rng, -1.0f, 1.0f);
+    const float wscale = 1.7f / std::sqrt((float)OC);
+    fill_uniform(w, rng, -wscale, wscale);
+    fill_uniform(out, rng, -1.0f, 1.0f);
+    fill_uniform(lse, rng, -2.0f, 9.0f);
+    for (std::vector<float>* v : {&dout, &w, &out}) round_to_floatx(*v);
+    DeviceBuffer<floatX> g_dout(dout.size()), g_w(w.size()), g_out(NC), g_dinp(NC);
+    DeviceBuffer<float> g_lse(stats), g_d(stats), g_lse2(stats);
+    if (!row_stats_gemm_applies(ctx, N, C, OC, T, NH,
+                                {g_dinp.get(), g_dout.get(), g_w.get(), g_out.get(), g_d.get(),
+                                 g_lse2.get(), g_lse.get()})) {
+        std::printf("  row stats %-34s not run: the kernel does not apply here\n", name);
+        return;
+    }
+    upload(g_dout.get(), dout);
+    upload(g_w.get(), w);
+    upload(g_out.get(), out);
+    upload(g_lse.get(), lse);
+    RowStatsTarget target;
+    target.d = g_d.get(), target.lse2 = g_lse2.get(), target.lse = g_lse.get();
+    target.T = T, target.NH = NH;
+    auto run = [&] {
+        poison(g_dinp.get(), NC);
+        poison(g_d.get(), stats);
+        poison(g_lse2.get(), stats);
+        row_stats_gemm_backward(ctx, g_dinp.get(), target, g_dout.get(), g_w.get(), g_out.get(), N,
+                                C, OC);
+        std::vector<unsigned char> bytes = download_bytes(g_dinp.get(), NC * sizeof(floatX));
+        for (const std::vector<unsigned char>& more :
+             {download_bytes(g_d.get(), stats * 4), download_bytes(g_lse2.get(), stats * 4)}) {
+            bytes.insert(bytes.end(), more.begin(), more.end());
+        }
+        return bytes;
+    };
+    const std::vector<unsigned char> first = run();
+    // dinp (N, C) = dout (N, OC) @ w (OC, C): the CPU's forward product with w transposed.
+    std::vector<float> wt(w.size()), awt(w.size());
+    for (int k = 0; k < OC; k++) {
+        for (int c = 0; c < C; c++) {
+            wt[(size_t)c * OC + k] = w[(size_t)k * C + c];
+            awt[(size_t)c * OC + k] = std::fabs(w[(size_t)k * C + c]);
+        }
+    }
+    std::vector<float> ref(NC), scale(NC);
+    cpu::matmul_forward(ref.data(), dout.data(), wt.data(), nullptr, N, OC, C);
+    cpu::matmul_forward(scale.data(), absolute(dout).data(), awt.data(), nullptr, N, OC, C);
+    const std::vector<float> dinp = download(g_dinp.get(), NC);
+    char label[96];
+    std::snprintf(label, sizeof(label), "%s: dinp", name);
+    check_sum("row stats", label, dinp, ref, scale, OC, false);
+    std::vector<float> d_ref(stats), lse2_ref(stats);
+    std::vector<double> d_bound(stats);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const size_t i = ((size_t)b * NH + h) * T + t, row = (size_t)b * T + t;
+                double sum = 0.0, mag = 0.0;
+                for (int c = 64 * h; c < 64 * h + 64; c++) {
+                    const double x = (double)dinp[row * C + c] * out[row * C + c];
+                    sum += x, mag += std::fabs(x);
+                }
+                d_ref[i] = (float)sum;
+                d_bound[i] = accum_bound(mag, 64, false);
+                lse2_ref[i] = lse[i] * kLog2e;
+            }
+        }
+    }
+    std::snprintf(label, sizeof(label), "row stats %s: D", name);
+    check_within(label, download(g_d.get(), stats), d_ref, d_bound);
+    std::snprintf(label, sizeof(label), "row stats %s: lse2", name);
+    check_bitwise_equal(label, download_bytes(g_lse2.get(), stats * 4),
+                        std::vector<unsigned char>(
+                            reinterpret_cast<const unsigned char*>(lse2_ref.data()),
+                            reinterpret_cast<const unsigned char*>(lse2_ref.data() + stats)));
+    std::snprintf(label, sizeof(label), "row stats %s: run again", name);
+    check_bitwise_equal(label, run(), first);
+}
+
 void run_all(Context* ctx, bool tf32) {
     // Widths the model can have: C a multiple of 16 in bf16 (flash attention's head sizes), of 4
     // in fp32 (16-byte bias slices); U is that unit. The GELU's width is 4C (the aux matrix's
@@ -578,6 +670,11 @@ void run_all(Context* ctx, bool tf32) {
         {"both transposed, odd", 13, 11, 9, 4, true, true, -1.0f, 1.0f, 3},
     };
     for (const BatchedCase& c : batched) test_batched(*ctx, c, seed++, tf32);
+    if (ctx->gelu_gemm == 2) {  // once; the switches play no part
+        test_row_stats(*ctx, "GPT-2 attproj, B=2 T=1024", 2, 1024, 12, 768, seed++);
+        test_row_stats(*ctx, "rows past a tile, T=64 B=3 NH=10", 3, 64, 10, 320, seed++);
+        test_row_stats(*ctx, "one k-block, T=192 NH=2", 1, 192, 2, 64, seed++);
+    }
 }
 
 }  // namespace
