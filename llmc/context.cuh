@@ -90,10 +90,11 @@ struct Context {
     // The plain forward products (LLMC_PLAIN_GEMM, matmul_sm90.cuh): a mask of kPlainGemm* bits,
     // those products on our Hopper kernel where it applies; 0: all on cuBLASLt.
     unsigned plain_gemm = 0;
-    // The attention backward's row statistics (LLMC_ROW_STATS_GEMM): 0 their own pass in the
-    // flash backward, 1 written by the attention projection's input-gradient product on our
-    // Hopper kernel (matmul_sm90.cuh, row_stats_gemm_backward) where both apply.
-    int row_stats_gemm = 0;
+    // The fused attention backward's row statistics (LLMC_ROW_STATS_GEMM): 0 their own pass in
+    // the flash backward, 1 written by the attention projection's input-gradient product on our
+    // Hopper kernel (matmul_sm90.cuh, row_stats_gemm_backward) where both apply (D then summed
+    // in another order: other bits).
+    int row_stats_gemm = 1;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

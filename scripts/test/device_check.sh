@@ -174,6 +174,13 @@ dump_small() {
     step dump_small "$PY" scripts/ref/train_gpt2.py "${SMALL[@]}" --device cpu \
         --write-model "$D/small_model.bin" --write-state "$D/small_state.bin"
 }
+# Heads of 64 and T=128: the fused Hopper attention backward's shape class (run_tests.sh's HS64).
+HS64=(--n-layer 2 --n-head 2 --n-embd 128 --vocab-size 997 --block-size 128 -b 2 -t 128 --random-biases --seed 4321 -l 1e-3 -c 0.1)
+dump_hs64() {
+    [ -s "$D/hs64_state.bin" ] && [ "${1:-}" != force ] && return
+    step dump_hs64 "$PY" scripts/ref/train_gpt2.py "${HS64[@]}" --device cpu \
+        --write-model "$D/hs64_model.bin" --write-state "$D/hs64_state.bin"
+}
 dump_d12() {
     [ -s "$D/d12_state.bin" ] && [ "${1:-}" != force ] && return
     step dump_d12 "$PY" scripts/ref/train_gpt2.py -e d12 -b 4 -t 64 --random-biases --seed 1234 --device cuda \
@@ -203,6 +210,8 @@ if want tests; then
             step "test_gpt2cu_d12_graph$g" ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin" --graph $g
         done
         step test_gpt2cu_d12_fused env LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
+        # The fused backward's row statistics in their own pass instead of the attproj product's epilogue.
+        step test_gpt2cu_d12_fused_row_stats_pass env LLMC_FLASH_FUSED_BACKWARD=2 LLMC_ROW_STATS_GEMM=0 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
     fi
 fi
 
@@ -231,6 +240,11 @@ if want sanitize; then
             step "sanitize_$tool" timeout 400 "$CS" --error-exitcode 9 --tool $tool \
                 ./test_gpt2cu --model "$D/small_model.bin" --state "$D/small_state.bin" --graph 0
         done
+        # The fused Hopper attention backward with its row statistics from the attproj product.
+        dump_hs64
+        step sanitize_memcheck_hs64_fused env LLMC_FLASH_FUSED_BACKWARD=2 timeout 400 "$CS" \
+            --error-exitcode 9 --tool memcheck ./test_gpt2cu --model "$D/hs64_model.bin" \
+            --state "$D/hs64_state.bin" --graph 0
         step sanitize_racecheck timeout 400 "$CS" --error-exitcode 9 --tool racecheck \
             "build/$DEF/dev/test/test_wgmma_tiles"
     else

@@ -6,8 +6,9 @@
 # (dev/test/test_makefile.sh), how a GPU test that cannot run ends (dev/test/test_gpu_skip.sh), and the
 # CPU fp32 reference against reference dumps that scripts/ref/train_gpt2.py writes with PyTorch on
 # the CPU (float64 reference) for a small awkward config (2 layers, 4 heads, C=128, V=1000, B=3,
-# T=77) and two shapes of scripts/test/test_shapes.sh's kind (head size 64, V=997; one token; T=31
-# with B*NH*T odd); the reference's DDP mode (2 CPU processes under torchrun) against one
+# T=77), one with heads of 64 and T=128 (the fused Hopper attention backward's shape class, its row
+# statistics from the attention projection's product) and two shapes of scripts/test/test_shapes.sh's
+# kind (head size 64, V=997; one token; T=31 with B*NH*T odd); the reference's DDP mode (2 CPU processes under torchrun) against one
 # process with twice B; the Python tools without their modules; quickstart.sh's logic; and the
 # docs (the benchmark figures against docs/bench.csv, every command they show against the
 # scripts, --help and the Makefile).
@@ -66,6 +67,13 @@ SMALL=(--n-layer 2 --n-head 4 --n-embd 128 --vocab-size 1000 --block-size 96 -b 
 run write_small_dump "$PY" scripts/ref/train_gpt2.py "${SMALL[@]}" --device cpu \
     --write-model "$TESTDATA/small_model.bin" --write-state "$TESTDATA/small_state.bin"
 run test_gpt2_cpu build/host/dev/test/test_gpt2_cpu "$TESTDATA/small_model.bin" "$TESTDATA/small_state.bin"
+# Heads of 64 channels and T a multiple of 64, where the fused Hopper attention backward can take
+# its row statistics from the attention projection's product (test_gpt2cu_hs64_* below).
+HS64=(--n-layer 2 --n-head 2 --n-embd 128 --vocab-size 997 --block-size 128 -b 2 -t 128
+      --random-biases --seed 4321 -l 1e-3 -c 0.1)
+run write_hs64_dump "$PY" scripts/ref/train_gpt2.py "${HS64[@]}" --device cpu \
+    --write-model "$TESTDATA/hs64_model.bin" --write-state "$TESTDATA/hs64_state.bin"
+run test_gpt2_cpu_hs64 build/host/dev/test/test_gpt2_cpu "$TESTDATA/hs64_model.bin" "$TESTDATA/hs64_state.bin"
 # Two shapes of the GPU sweep (scripts/test/test_shapes.sh), small enough for the CPU: L NH V B T.
 SHAPES=("1 1 997 1 1" "2 3 997 3 31")
 for i in "${!SHAPES[@]}"; do
@@ -148,6 +156,16 @@ run test_gpt2cu_small_gelu_gemm1 env LLMC_GELU_GEMM=1 ./test_gpt2cu \
 for g in 1 0; do
     run "test_gpt2cu_small_graph${g}_wide_gemm" env LLMC_PLAIN_GEMM=7 LLMC_GELU_GEMM=3 ./test_gpt2cu \
         --model "$TESTDATA/small_model.bin" --state "$TESTDATA/small_state.bin" --graph "$g"
+done
+# The fused Hopper attention backward (the defaults take it on large grids only) with its row
+# statistics from the attention projection's input-gradient product (LLMC_ROW_STATS_GEMM=1, the
+# default) and from their own pass (0); graphs on and off.
+for r in 1 0; do
+    for g in 1 0; do
+        run "test_gpt2cu_hs64_fused_row_stats${r}_graph${g}" env LLMC_FLASH_FUSED_BACKWARD=2 \
+            LLMC_ROW_STATS_GEMM=$r ./test_gpt2cu --model "$TESTDATA/hs64_model.bin" \
+            --state "$TESTDATA/hs64_state.bin" --graph "$g"
+    done
 done
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
