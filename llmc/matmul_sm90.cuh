@@ -8,6 +8,8 @@
 //                       (ceil(N / 128), IC) floats: row r holds the column sums of the rounded
 //                       dinp over rows [128 r, 128 r + 128), the fc bias gradient before its
 //                       last, ordered reduction (matmul_backward_input's).
+//   row_stats_gemm_backward: the attention projection's input gradient, with the fused attention
+//                       backward's row statistics in its epilogue (below).
 // And, where ctx.plain_gemm asks for it, the plain forward products (matmul_forward without
 // GELU, matmul_forward_residual):
 //   plain_gemm_forward : out (N, OC) = inp (N, IC) @ weight^T (+ bias) (+ residual), the sum in
