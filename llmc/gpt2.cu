@@ -115,29 +115,38 @@ void point_tensors(floatX* base, const ParamLayout& layout, floatX** out) {
     for (int i = 0; i < kNumParamTensors; i++) out[i] = base + layout.offsets[i];
 }
 
+// What a linear layer's input gradient does besides dinp (linear_backward): nothing by default;
+// with pre_gelu, the GELU layer's derivative, and with gelu_dbias and gelu_done too, *gelu_done
+// tells whether it also added the GELU layer's bias gradient to gelu_dbias
+// (matmul_backward_input); with row_stats, the attention backward's row statistics
+// (row_stats_gemm_backward; inp is then the attention output they are taken with).
+struct InputEpilogue {
+    const floatX* pre_gelu = nullptr;
+    floatX* gelu_dbias = nullptr;
+    float* gelu_dbias_scratch = nullptr;
+    bool* gelu_done = nullptr;
+    const RowStatsTarget* row_stats = nullptr;
+};
+
 // A linear layer's backward (matmul.cuh), split: with the weight gradient on the branch it is
 // enqueued first, so that it runs beside the input gradient, and its mark is returned; otherwise
 // the input gradient and then the weight gradient run on ctx.stream and the mark is null.
-// With pre_gelu, gelu_dbias and gelu_done: *gelu_done tells whether the input gradient also
-// added the GELU layer's bias gradient to gelu_dbias (matmul_backward_input).
 cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, bool accumulate,
                             floatX* dinp, floatX* dweight, floatX* dbias, float* dbias_scratch,
                             const floatX* dout, const floatX* inp, const floatX* weight, int N,
-                            int IC, int OC, const floatX* pre_gelu = nullptr,
-                            floatX* gelu_dbias = nullptr, float* gelu_dbias_scratch = nullptr,
-                            bool* gelu_done = nullptr, const RowStatsTarget* row_stats = nullptr) {
+                            int IC, int OC, const InputEpilogue& ep = InputEpilogue{}) {
     cudaEvent_t done = nullptr;
     if (weight_on_branch) {
         matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, true,
                                accumulate);
         done = branch_mark(ctx);
     }
-    if (row_stats != nullptr) {  // inp is the attention output the statistics are taken with
-        row_stats_gemm_backward(ctx, dinp, *row_stats, dout, weight, inp, N, IC, OC);
+    if (ep.row_stats != nullptr) {
+        row_stats_gemm_backward(ctx, dinp, *ep.row_stats, dout, weight, inp, N, IC, OC);
     } else {
-        const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, pre_gelu,
-                                                 gelu_dbias, gelu_dbias_scratch, accumulate);
-        if (gelu_done != nullptr) *gelu_done = fused;
+        const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, ep.pre_gelu,
+                                                 ep.gelu_dbias, ep.gelu_dbias_scratch, accumulate);
+        if (ep.gelu_done != nullptr) *ep.gelu_done = fused;
     }
     if (!weight_on_branch) {
         matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, false,
@@ -381,8 +390,8 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
         cudaEvent_t fcproj_weight_done = linear_backward(
             ctx, gemms_on_branch, accumulate, a.dfch, g[kFcprojw] + at(kFcprojw, l),
             /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
-            a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C, a.fch.at(l),
-            g[kFcb] + at(kFcb, l), a.dgelu_bias_scratch, &fc_bias_done);
+            a.fch_gelu.at(l), p[kFcprojw] + at(kFcprojw, l), N, 4 * C, C,
+            InputEpilogue{a.fch.at(l), g[kFcb] + at(kFcb, l), a.dgelu_bias_scratch, &fc_bias_done});
         if (recompute >= 2) {
             branch_wait(ctx, qkv_weight_done);  // it read ln1, which shares ln2's buffer
             layernorm_forward(ctx, a.ln2.at(l), a.recompute_mean, a.recompute_rstd,
@@ -408,11 +417,12 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
             row_stats_gemm_applies(ctx, N, C, C, T, NH,
                                    {a.datty, a.dresidual, p[kAttprojw] + at(kAttprojw, l),
                                     a.atty.at(l), stats.d, stats.lse2, stats.lse});
+        InputEpilogue attproj_ep;
+        attproj_ep.row_stats = stats_in_gemm ? &stats : nullptr;
         cudaEvent_t attproj_weight_done = linear_backward(
             ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
             /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
-            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C, nullptr, nullptr, nullptr,
-            nullptr, stats_in_gemm ? &stats : nullptr);
+            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C, attproj_ep);
         floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
