@@ -1244,13 +1244,11 @@ void flash_attention_backward(const Context& ctx, bf16* dqkv, void* scratch, con
                    "flash_attention_backward: the fused backward's variant is the dk/dv one "
                    "(0 or 1; dq 0), not %d / %d.",
                    dq_variant, dkdv_variant);
-        LLMC_CHECK(!row_stats_given || fused,
-                   "flash_attention_backward: given row statistics need the fused backward");
-        const BiasPartials parts = flash_attention_sm90_backward(
-            ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS, dbias != nullptr, dq_variant,
-            dkdv_variant,
-            fused ? kBackwardFused | (row_stats_given ? kBackwardStatsGiven : 0u)
-                  : kBackwardDq | kBackwardDkdv);
+        const BiasPartials parts =
+            flash_attention_sm90_backward(ctx, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS,
+                                          dbias != nullptr, dq_variant, dkdv_variant,
+                                          (fused ? kBackwardFused : kBackwardDq | kBackwardDkdv) |
+                                              (row_stats_given ? kBackwardStatsGiven : 0u));
         if (dbias != nullptr) {
             qkv_bias_reduce_kernel<<<(3 * C + 31) / 32, dim3(32, kBiasGroups), 0, ctx.stream>>>(
                 dbias, parts.q, parts.rows_q, parts.kv, parts.rows_kv, C, accumulate_dbias);

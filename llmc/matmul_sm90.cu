@@ -246,12 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             named_barrier_sync(kOwnBar + cw, 128);  // the previous tile's chunk pass is done
         }
         // kRowStats: this thread's partial D of (accumulator h, fragment row i, head of the tile).
-        float dsum[2][2][kTile / kStatsHeadSize];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-#pragma unroll
-            for (int i = 0; i < 2 * kTile / kStatsHeadSize; i++) dsum[h][i / 2][i % 2] = 0.0f;
-        }
+        float dsum[2][2][kTile / kStatsHeadSize] = {};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float* acc = h == 0 ? acc0 : acc1;

@@ -146,10 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         } else if (threadIdx.x >= 32) {  // the epilogue warps
             const int et = threadIdx.x - 32;
-            if (et == 0) {
-                prefetch_tensor_map(&out_map);
-                if (MODE == kGelu) prefetch_tensor_map(&aux_map);
-            }
+            if (et == 0) prefetch_tensor_map(MODE == kGelu ? &aux_map : &out_map);
             // The block's four 64 x 64 boxes from consumer c's buffer to `map`, and (with
             // `wait`) the wait until the stores have read it (one thread).
             auto store = [&](const CUtensorMap* map, int c, int m0, int n0, bool wait) {
@@ -337,9 +334,10 @@ void gelu_gemm_forward_wide(const Context& ctx, floatX* out, floatX* pre, const 
                IC, OC);
     const CUtensorMap a_map = make_row_tensor_map(inp, 1, N, 1, IC, kBM);
     const CUtensorMap w_map = make_row_tensor_map(weight, 1, OC, 1, IC, kBN);
-    const CUtensorMap out_map = make_row_tensor_map(out, 1, N, 1, OC, kRowsPerConsumer);
+    // out is written by the epilogue threads' own stores, pre by TMA (the aux map; the out map
+    // is the plain modes').
     const CUtensorMap pre_map = make_row_tensor_map(pre, 1, N, 1, OC, kRowsPerConsumer);
-    launch<kGelu>(ctx, a_map, w_map, out_map, pre_map, bias, out, N, OC, IC);
+    launch<kGelu>(ctx, a_map, w_map, pre_map, pre_map, bias, out, N, OC, IC);
 }
 
 }  // namespace llmc
