@@ -120,6 +120,8 @@ void context_init(Context* ctx, int device, bool tf32) {
     ctx->gelu_gemm = env_int("LLMC_GELU_GEMM", 0, 3, 2);
     ctx->plain_gemm = (unsigned)env_int("LLMC_PLAIN_GEMM", 0, 7, (int)Context().plain_gemm);
     ctx->row_stats_gemm = env_int("LLMC_ROW_STATS_GEMM", 0, 1, Context().row_stats_gemm);
+    ctx->attproj_weight_late =
+        env_int("LLMC_ATTPROJ_WEIGHT_LATE", 0, 1, Context().attproj_weight_late);
 }
 
 void context_set_overlap(Context* ctx, unsigned branches, bool pdl) {
@@ -150,7 +152,9 @@ std::string context_overlap_summary(const Context& ctx) {
             : ctx.gelu_gemm == 2 ? "ours"
                                  : "ours, the forward on 128 x 256 tiles") +
            " | plain gemm mask " + std::to_string(ctx.plain_gemm) + " | row stats " +
-           (ctx.row_stats_gemm ? "in the attproj gemm" : "own pass");
+           (ctx.row_stats_gemm ? "in the attproj gemm" : "own pass") +
+           " | attproj weight gradient " +
+           (ctx.attproj_weight_late ? "beside the dq conversion" : "beside attention");
 }
 
 bool context_switches_default(const Context& ctx) {
@@ -163,7 +167,8 @@ bool context_switches_default(const Context& ctx) {
            ctx.flash_fused_backward == defaults.flash_fused_backward &&
            ctx.global_norm_variant == defaults.global_norm_variant &&
            ctx.gelu_gemm == defaults.gelu_gemm && ctx.plain_gemm == defaults.plain_gemm &&
-           ctx.row_stats_gemm == defaults.row_stats_gemm;
+           ctx.row_stats_gemm == defaults.row_stats_gemm &&
+           ctx.attproj_weight_late == defaults.attproj_weight_late;
 }
 
 void device_alloc(void** ptr, size_t bytes, const char* what) {

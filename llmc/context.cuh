@@ -33,6 +33,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -95,6 +96,15 @@ struct Context {
     // Hopper kernel (matmul_sm90.cuh, row_stats_gemm_backward) where both apply (D then summed
     // in another order: other bits).
     int row_stats_gemm = 1;
+    // Where the attention projection's weight gradient runs on the branch
+    // (LLMC_ATTPROJ_WEIGHT_LATE): 0 beside its input gradient and the attention backward, 1
+    // from the end of the fused attention backward's main kernel on, beside its dq conversion
+    // (the same bits).
+    int attproj_weight_late = 0;
+    // Set by the backward for one attention backward call: the fused Hopper backward calls it
+    // (and clears it) between its main kernel and the dq conversion; the caller runs it after
+    // the attention backward when it is still set.
+    mutable std::function<void()> after_attention_main;
     cudaStream_t branch_stream = nullptr;
     // The branch's own cuBLASLt workspace (with kBranchGemms): two GEMMs running at once must
     // not share one.

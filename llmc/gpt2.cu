@@ -128,6 +128,19 @@ struct InputEpilogue {
     const RowStatsTarget* row_stats = nullptr;
 };
 
+// A linear layer's input gradient with its epilogue's options.
+void linear_backward_input(const Context& ctx, bool accumulate, floatX* dinp, const floatX* dout,
+                           const floatX* inp, const floatX* weight, int N, int IC, int OC,
+                           const InputEpilogue& ep) {
+    if (ep.row_stats != nullptr) {
+        row_stats_gemm_backward(ctx, dinp, *ep.row_stats, dout, weight, inp, N, IC, OC);
+    } else {
+        const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, ep.pre_gelu,
+                                                 ep.gelu_dbias, ep.gelu_dbias_scratch, accumulate);
+        if (ep.gelu_done != nullptr) *ep.gelu_done = fused;
+    }
+}
+
 // A linear layer's backward (matmul.cuh), split: with the weight gradient on the branch it is
 // enqueued first, so that it runs beside the input gradient, and its mark is returned; otherwise
 // the input gradient and then the weight gradient run on ctx.stream and the mark is null.
@@ -141,13 +154,7 @@ cudaEvent_t linear_backward(const Context& ctx, bool weight_on_branch, bool accu
                                accumulate);
         done = branch_mark(ctx);
     }
-    if (ep.row_stats != nullptr) {
-        row_stats_gemm_backward(ctx, dinp, *ep.row_stats, dout, weight, inp, N, IC, OC);
-    } else {
-        const bool fused = matmul_backward_input(ctx, dinp, dout, weight, N, IC, OC, ep.pre_gelu,
-                                                 ep.gelu_dbias, ep.gelu_dbias_scratch, accumulate);
-        if (ep.gelu_done != nullptr) *ep.gelu_done = fused;
-    }
+    linear_backward_input(ctx, accumulate, dinp, dout, inp, weight, N, IC, OC, ep);
     if (!weight_on_branch) {
         matmul_backward_weight(ctx, dweight, dbias, dbias_scratch, dout, inp, N, IC, OC, false,
                                accumulate);
@@ -419,14 +426,34 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
                                     a.atty.at(l), stats.d, stats.lse2, stats.lse});
         InputEpilogue attproj_ep;
         attproj_ep.row_stats = stats_in_gemm ? &stats : nullptr;
-        cudaEvent_t attproj_weight_done = linear_backward(
-            ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
-            /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
-            a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C, attproj_ep);
+        cudaEvent_t attproj_weight_done = nullptr;
+        const bool attproj_late = gemms_on_branch && ctx.attproj_weight_late != 0;
+        if (attproj_late) {
+            // The weight gradient forked to the branch once the attention backward's main
+            // kernel is done, so that it runs beside the dq conversion, not beside that kernel.
+            linear_backward_input(ctx, accumulate, a.datty, a.dresidual, a.atty.at(l),
+                                  p[kAttprojw] + at(kAttprojw, l), N, C, C, attproj_ep);
+            ctx.after_attention_main = [&, l] {
+                matmul_backward_weight(ctx, g[kAttprojw] + at(kAttprojw, l), nullptr,
+                                       a.dbias_scratch, a.dresidual, a.atty.at(l), N, C, C, true,
+                                       accumulate);
+                attproj_weight_done = branch_mark(ctx);
+            };
+        } else {
+            attproj_weight_done = linear_backward(
+                ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
+                /*dbias: from the layernorm backward*/ nullptr, a.dbias_scratch, a.dresidual,
+                a.atty.at(l), p[kAttprojw] + at(kAttprojw, l), N, C, C, attproj_ep);
+        }
         floatX* dqkvb = g[kQkvb] + at(kQkvb, l);
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
                                a.att_lse.at(l), B, T, C, NH, dqkvb, accumulate, stats_in_gemm);
+        if (ctx.after_attention_main) {  // not taken by a fused backward: run it now
+            const std::function<void()> after = std::move(ctx.after_attention_main);
+            ctx.after_attention_main = nullptr;
+            after();
+        }
         if (recompute >= 2) {
             branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
