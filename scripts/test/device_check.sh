@@ -212,6 +212,8 @@ if want tests; then
         step test_gpt2cu_d12_fused env LLMC_FLASH_FUSED_BACKWARD=2 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
         # The fused backward's row statistics in their own pass instead of the attproj product's epilogue.
         step test_gpt2cu_d12_fused_row_stats_pass env LLMC_FLASH_FUSED_BACKWARD=2 LLMC_ROW_STATS_GEMM=0 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
+        # The attention projection's weight gradient beside the dq conversion (off by default).
+        step test_gpt2cu_d12_fused_attproj_late env LLMC_FLASH_FUSED_BACKWARD=2 LLMC_ATTPROJ_WEIGHT_LATE=1 ./test_gpt2cu --model "$D/d12_model.bin" --state "$D/d12_state.bin"
     fi
 fi
 

@@ -167,6 +167,14 @@ for r in 1 0; do
             --state "$TESTDATA/hs64_state.bin" --graph "$g"
     done
 done
+# The attention projection's weight gradient forked to the branch after the fused backward's
+# main kernel (LLMC_ATTPROJ_WEIGHT_LATE=1, off by default): test_gpt2cu's run with every step
+# switch flipped (no branches) must match it bit for bit; graphs on and off.
+for g in 1 0; do
+    run "test_gpt2cu_hs64_fused_attproj_late_graph${g}" env LLMC_FLASH_FUSED_BACKWARD=2 \
+        LLMC_ATTPROJ_WEIGHT_LATE=1 ./test_gpt2cu --model "$TESTDATA/hs64_model.bin" \
+        --state "$TESTDATA/hs64_state.bin" --graph "$g"
+done
 # The sharded optimizer kernels, which only multi-GPU runs launch, without PDL too.
 run gpu_test_adamw_sharded_pdl_off env LLMC_PDL=0 "$PRECISION_DIR/dev/test/test_adamw_sharded"
 
