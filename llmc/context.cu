@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "arch.cuh"
 #include "context.cuh"
@@ -200,6 +201,13 @@ void branch_wait(const Context& ctx, cudaEvent_t mark) {
 }
 
 void branch_join(const Context& ctx) { branch_wait(ctx, branch_mark(ctx)); }
+
+void run_after_attention_main(const Context& ctx) {
+    if (!ctx.after_attention_main) return;
+    const std::function<void()> after = std::move(ctx.after_attention_main);
+    ctx.after_attention_main = nullptr;
+    after();
+}
 
 Context::~Context() {
     matmul_cache.reset();  // the plans first: cuBLASLt's descriptors, before its handle goes

@@ -146,6 +146,9 @@ inline cudaStream_t stream_for(const Context& ctx, bool on_branch) {
     return on_branch ? ctx.branch_stream : ctx.stream;
 }
 
+// Runs ctx.after_attention_main once if it is set, and clears it first.
+void run_after_attention_main(const Context& ctx);
+
 // Number of streaming multiprocessors (for sizing persistent grids).
 inline int ctx_num_sms(const Context& ctx) { return ctx.props.multiProcessorCount; }
 

@@ -1368,11 +1368,7 @@ void fused_launch(const Context& ctx, const BackwardArgs& a) {
         a.qkv_rows, a.qkv_inner, a.dout_inner, a.dqkv, a.sc.lse2, a.sc.d, a.parts.kv, a.sc.dq_acc,
         a.sc.flags, ticket, a.T, a.NH, n_kb, (int)total, a.scale, a.scale_log2);
     LLMC_CUDA_CHECK_LAST();
-    if (ctx.after_attention_main) {  // e.g. a weight gradient forked to the branch here
-        const std::function<void()> after = std::move(ctx.after_attention_main);
-        ctx.after_attention_main = nullptr;
-        after();
-    }
+    run_after_attention_main(ctx);  // e.g. a weight gradient forked to the branch here
     dq_convert_kernel<HS><<<dim3((unsigned)heads, (unsigned)n_kb), HS / 2 * 8, 0, ctx.stream>>>(
         a.dqkv, a.parts.q, a.sc.dq_acc, a.T, a.NH, a.scale);
     LLMC_CUDA_CHECK_LAST();

@@ -449,11 +449,7 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
         const bool qkv_bias_done =
             attention_backward(ctx, a.dqkv, a.att_scratch, a.datty, a.qkv.at(l), a.atty.at(l),
                                a.att_lse.at(l), B, T, C, NH, dqkvb, accumulate, stats_in_gemm);
-        if (ctx.after_attention_main) {  // not taken by a fused backward: run it now
-            const std::function<void()> after = std::move(ctx.after_attention_main);
-            ctx.after_attention_main = nullptr;
-            after();
-        }
+        run_after_attention_main(ctx);  // when no fused backward ran it
         if (recompute >= 2) {
             branch_wait(ctx, fc_weight_done);  // it read ln2, which shares ln1's buffer
             layernorm_forward(ctx, a.ln1.at(l), a.recompute_mean, a.recompute_rstd, residual,
