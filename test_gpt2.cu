@@ -387,10 +387,12 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
     const unsigned branches = ctx->branches;
     const bool pdl = ctx->pdl;
     const int ln_variant = ctx->layernorm_backward_variant, cls_variant = ctx->classifier_variant;
+    const int attproj_late = ctx->attproj_weight_late;
     const bool on = branches == 0;
     context_set_overlap(ctx, on ? kBranchAll : 0, on);
     ctx->layernorm_backward_variant = on ? 1 : 0;
     ctx->classifier_variant = on ? 1 : 0;
+    ctx->attproj_weight_late = on ? 1 : 0;
     const std::string flipped = context_overlap_summary(*ctx);
     std::vector<float> grads, losses;
     {
@@ -408,6 +410,7 @@ bool same_run_with_switches(Context* ctx, const GPT2Config& cfg, const std::vect
     context_set_overlap(ctx, branches, pdl);
     ctx->layernorm_backward_variant = ln_variant;
     ctx->classifier_variant = cls_variant;
+    ctx->attproj_weight_late = attproj_late;
     size_t first = ref_grads.size();
     for (size_t i = 0; i < ref_grads.size() && first == ref_grads.size(); i++) {
         if (std::memcmp(&grads[i], &ref_grads[i], sizeof(float)) != 0) first = i;
