@@ -427,18 +427,19 @@ void gpt2_backward(const Context& ctx, GPT2* m, const GPT2Batch& batch, bool acc
         InputEpilogue attproj_ep;
         attproj_ep.row_stats = stats_in_gemm ? &stats : nullptr;
         cudaEvent_t attproj_weight_done = nullptr;
-        const bool attproj_late = gemms_on_branch && ctx.attproj_weight_late != 0;
-        if (attproj_late) {
-            // The weight gradient forked to the branch once the attention backward's main
-            // kernel is done, so that it runs beside the dq conversion, not beside that kernel.
+        // With attproj_weight_late, the weight gradient is forked to the branch once the
+        // attention backward's main kernel is done, so that it runs beside the dq conversion,
+        // not beside that kernel. It lives until run_after_attention_main below has run it.
+        const auto fork_attproj_weight = [&] {
+            matmul_backward_weight(ctx, g[kAttprojw] + at(kAttprojw, l), nullptr, a.dbias_scratch,
+                                   a.dresidual, a.atty.at(l), N, C, C, true, accumulate);
+            attproj_weight_done = branch_mark(ctx);
+        };
+        if (gemms_on_branch && ctx.attproj_weight_late != 0) {
             linear_backward_input(ctx, accumulate, a.datty, a.dresidual, a.atty.at(l),
                                   p[kAttprojw] + at(kAttprojw, l), N, C, C, attproj_ep);
-            ctx.after_attention_main = [&, l] {
-                matmul_backward_weight(ctx, g[kAttprojw] + at(kAttprojw, l), nullptr,
-                                       a.dbias_scratch, a.dresidual, a.atty.at(l), N, C, C, true,
-                                       accumulate);
-                attproj_weight_done = branch_mark(ctx);
-            };
+            // One reference: std::function keeps it inline, no allocation a layer and step.
+            ctx.after_attention_main = [&fork_attproj_weight] { fork_attproj_weight(); };
         } else {
             attproj_weight_done = linear_backward(
                 ctx, gemms_on_branch, accumulate, a.datty, g[kAttprojw] + at(kAttprojw, l),
